@@ -1,0 +1,138 @@
+# tbrt - build the core library, the bindings and the tbrt program; run specs.
+#
+#   make               build/libtbrt.so, build/libtbrt.a, build/tbrt, generated cdef
+#   make check         the README's test command: specs under ASan+UBSan, then
+#                      the normal build; ends with "N passed, N failed, N skipped"
+#   make test          specs against the normal build only
+#   make asan          the sanitizer build in build-asan/
+#   make run           tbrt scripts/pair.lua on the default software device
+#   make bench         C- and Lua-driven benchmarks beside the anchor tools
+#   make install PREFIX=/usr/local
+#
+# Sources are found by directory: every core/<part>/*.c goes into the library,
+# every bindings/host/*.c into the tbrt program. Debian 12 packages only
+# (scripts/deps.sh installs them).
+
+BUILD    ?= build
+PREFIX   ?= /usr/local
+CC       ?= cc
+LUAJIT   ?= luajit
+SANITIZE ?=
+OPT      ?= -O2
+
+CORE_DIRS := core/util core/dev core/engine core/tcp core/soft core/ibverbs core/mlx5
+CORE_SRC  := $(foreach d,$(CORE_DIRS),$(wildcard $(d)/*.c))
+CORE_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC))
+HOST_SRC  := $(wildcard bindings/host/*.c)
+HOST_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(HOST_SRC))
+HEADERS   := core/include/tbrt.h $(filter-out core/include/tbrt.h,$(sort $(wildcard core/include/*.h)))
+
+# Generated tables (mlx5 layouts etc.) live in $(BUILD)/gen; parts add to
+# GEN_HEADERS in their own makefile fragment (core/<part>/part.mk).
+GEN_HEADERS :=
+-include $(wildcard core/*/part.mk)
+
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -g $(OPT) -fPIC \
+               -Icore/include -Icore -I$(BUILD)/gen $(SANITIZE)
+CFLAGS   ?=
+ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
+LDLIBS_CORE := -ldl -lpthread -lm
+LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null)
+LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null)
+LUV_CFLAGS    := $(shell pkg-config --cflags lua5.1-luv 2>/dev/null) $(shell pkg-config --cflags libuv 2>/dev/null)
+LUV_LIBS      := -llua5.1-luv $(shell pkg-config --libs libuv 2>/dev/null)
+
+LIB_SO   := $(BUILD)/libtbrt.so
+LIB_A    := $(BUILD)/libtbrt.a
+TBRT     := $(BUILD)/tbrt
+CDEF     := $(BUILD)/gen/tbrt/cdef.lua
+HASH_H   := $(BUILD)/gen/tbrt_header_hash.h
+PC       := $(BUILD)/tbrt.pc
+
+.PHONY: all lib check test test-asan asan run bench install clean deps cdef-check
+all: lib $(TBRT) $(CDEF) $(PC)
+lib: $(LIB_SO) $(LIB_A)
+
+# The header hash ties the library, the generated cdef and the bindings
+# together: a header edited without regenerating cannot load.
+$(HASH_H): $(HEADERS)
+	@mkdir -p $(dir $@)
+	@h=$$(cat $(HEADERS) | sha256sum | cut -c1-16); \
+	 printf '/* generated from %s */\n#define TBRT_HEADER_HASH "%s"\n' "$(HEADERS)" "$$h" > $@.tmp && mv $@.tmp $@
+
+$(CDEF): $(HEADERS) bindings/gen_cdef.lua
+	@mkdir -p $(dir $@)
+	$(LUAJIT) bindings/gen_cdef.lua --cc "$(CC)" --cppflags "-Icore/include" $(HEADERS) > $@.tmp && mv $@.tmp $@
+	$(LUAJIT) bindings/gen_cdef.lua --check $@ $(HEADERS)
+
+cdef-check: $(CDEF)
+	$(LUAJIT) bindings/gen_cdef.lua --check $(CDEF) $(HEADERS)
+
+$(BUILD)/obj/%.o: %.c $(HASH_H) $(GEN_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/bindings/host/%.o: bindings/host/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LUAJIT_CFLAGS) $(LUV_CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB_SO): $(CORE_OBJ) core/libtbrt.map
+	$(CC) -shared -Wl,-soname,libtbrt.so -Wl,-z,defs -Wl,--version-script=core/libtbrt.map $(SANITIZE) -o $@ $(CORE_OBJ) $(LDLIBS_CORE)
+
+$(LIB_A): $(CORE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(TBRT): $(HOST_OBJ)
+	$(CC) $(SANITIZE) -o $@ $^ -Wl,-E $(LUAJIT_LIBS) $(LUV_LIBS) -ldl -lm
+
+$(PC): Makefile
+	@mkdir -p $(dir $@)
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: tbrt\nDescription: Lua-scriptable RDMA transport runtime (core library)\nVersion: 0.1.0\nRequires.private: libibverbs\nLibs: -L$${libdir} -ltbrt\nLibs.private: -ldl -lpthread -lm\nCflags: -I$${includedir}\n' "$(PREFIX)" > $@
+
+-include $(CORE_OBJ:.o=.d) $(HOST_OBJ:.o=.d)
+
+# ---- specs -----------------------------------------------------------------
+# Specs run inside the tbrt program (LuaJIT + luv on one loop); the core is
+# reached through the FFI. TBRT_BUILD tells the bindings which build to load.
+SPEC_RUN = TBRT_BUILD=$(abspath $(1)) $(1)/tbrt spec/support/run.lua $(SPECS)
+SPECS ?=
+
+test: all
+	@rm -f $(BUILD)/spec-summary
+	$(call SPEC_RUN,$(BUILD)) --summary-file=$(BUILD)/spec-summary
+
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
+
+test-asan: asan
+	@rm -f build-asan/spec-summary
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  TBRT_ASAN=1 $(call SPEC_RUN,build-asan) --summary-file=build-asan/spec-summary
+
+# The README's test command: the sanitizer pass, then the normal pass, then
+# one summary line over both (a failure in either fails the whole).
+check:
+	@rm -f build-asan/spec-summary $(BUILD)/spec-summary
+	-@$(MAKE) --no-print-directory test-asan
+	-@$(MAKE) --no-print-directory test
+	@$(LUAJIT) spec/support/summary.lua build-asan/spec-summary $(BUILD)/spec-summary
+
+run: all
+	$(TBRT) scripts/pair.lua
+
+bench: all
+	$(TBRT) scripts/bench.lua
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/share/tbrt/lua/tbrt
+	install -m 755 $(TBRT) $(DESTDIR)$(PREFIX)/bin/tbrt
+	install -m 644 $(LIB_SO) $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(PC) $(DESTDIR)$(PREFIX)/lib/pkgconfig/tbrt.pc
+	install -m 644 lua/tbrt/*.lua bindings/tbrt/*.lua $(CDEF) $(DESTDIR)$(PREFIX)/share/tbrt/lua/tbrt/
+	cp -r scripts $(DESTDIR)$(PREFIX)/share/tbrt/
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,346 @@
+/* tbrt.h - the public C API of the tbrt core.
+ *
+ * Two tiers, one header:
+ *   - the verbs tier (tbrt_dev_*, tbrt_pd_*, tbrt_cq_*, tbrt_qp_*, tbrt_mr_*,
+ *     tbrt_post_*): a verbs-shaped device API over every device tbrt has
+ *     (soft, ibverbs, mlx5), using <infiniband/verbs.h> types, so scripts can
+ *     drive a device directly and provoke each platform rule on purpose;
+ *   - the link tier (tbrt_link_*): the transport engine (stride rings, framed
+ *     strides, coalescing send, byte-stream recv, readiness, liveness) on top.
+ *
+ * Conventions: calls return 0 (or a count) on success and a negative errno on
+ * failure; the detail of the last failure is a message on the object
+ * (tbrt_dev_why, tbrt_link_why) that names the object, the operation and the
+ * cause. Nothing here calls back into the caller: it polls (pull style).
+ *
+ * bindings/gen_cdef.lua turns this header into the LuaJIT ffi.cdef module, so
+ * everything between the cdef markers must stay plain declarations. */
+#ifndef TBRT_H
+#define TBRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <infiniband/verbs.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* tbrt:cdef begin */
+
+/* ---- library ---------------------------------------------------------- */
+
+/* Bumped on any incompatible change of this header. The bindings also check
+ * tbrt_header_hash() against the hash recorded in the generated cdef. */
+enum { TBRT_ABI_VERSION = 1 };
+
+int tbrt_abi_version(void);
+const char *tbrt_version(void);
+const char *tbrt_header_hash(void);
+/* "ECONNRESET" for ECONNRESET etc.; "E<number>" when unknown. */
+const char *tbrt_errname(int err);
+
+/* ---- devices ---------------------------------------------------------- */
+
+enum {
+    TBRT_NAME_MAX = 64,
+    TBRT_WHY_MAX = 512,
+    TBRT_CAPS_SIZE = 24,
+};
+
+/* What a device is like, which decides the engine's defaults:
+ * APPLE: UC queue pairs, fixed strides, receives posted after RTS, Apple caps.
+ * LINUX: RC queue pairs, variable strides, receives posted at INIT, Linux caps. */
+enum tbrt_flavor {
+    TBRT_FLAVOR_APPLE = 1,
+    TBRT_FLAVOR_LINUX = 2,
+};
+
+typedef struct tbrt_devinfo {
+    char name[64];        /* "soft0", "mlx5_0", "rdma_en6", "mlx5:model0" */
+    char kind[16];        /* "soft", "ibverbs", "mlx5" */
+    char personality[16]; /* soft: "apple-uc" / "linux-rc"; others: "" */
+    int flavor;           /* enum tbrt_flavor */
+    int usable;           /* 0: listed only to say why it cannot be used */
+    char why[512];        /* reason when not usable */
+} tbrt_devinfo;
+
+/* Every device tbrt can see, usable or not, in selection order. Fills at most
+ * max entries and returns how many there are (may exceed max). */
+int tbrt_devices(tbrt_devinfo *out, int max);
+
+typedef struct tbrt_dev tbrt_dev;
+typedef struct tbrt_pd tbrt_pd;
+typedef struct tbrt_cq tbrt_cq;
+typedef struct tbrt_qp tbrt_qp;
+typedef struct tbrt_mr tbrt_mr;
+typedef struct tbrt_ah tbrt_ah;
+
+/* Options for opening a device; unset fields (NULL / 0) take the
+ * environment (TBRT_SOFT_PERSONALITY, TBRT_SOFT_PORTS...) or the default. */
+typedef struct tbrt_dev_opts {
+    const char *personality; /* soft: "apple-uc" | "linux-rc" */
+    const char *ports;       /* soft: port states, e.g. "down,active" */
+    const char *pci;         /* mlx5: PCI address; NULL = the device model */
+    int trace;               /* mlx5: print every command (mlx5_core format) */
+} tbrt_dev_opts;
+
+/* The public part of each object; devices embed these as first member. */
+struct tbrt_pd {
+    tbrt_dev *dev;
+    uint32_t handle;
+};
+struct tbrt_cq {
+    tbrt_dev *dev;
+    int cqe;             /* capacity */
+    int fd;              /* completion fd: readable after an armed event */
+};
+struct tbrt_qp {
+    tbrt_dev *dev;
+    tbrt_pd *pd;
+    uint32_t qp_num;
+    int qp_type;         /* enum ibv_qp_type */
+    int state;           /* enum ibv_qp_state, as last set */
+    tbrt_cq *send_cq;
+    tbrt_cq *recv_cq;
+    struct ibv_qp_cap cap;
+};
+struct tbrt_mr {
+    tbrt_dev *dev;
+    tbrt_pd *pd;
+    void *addr;
+    size_t length;
+    uint32_t lkey;
+    uint32_t rkey;
+    int access;
+};
+struct tbrt_ah {
+    tbrt_dev *dev;
+    tbrt_pd *pd;
+    struct ibv_ah_attr attr;
+};
+
+int tbrt_dev_open(const char *name, const tbrt_dev_opts *opts, tbrt_dev **out,
+                  char *err, size_t errlen);
+int tbrt_dev_close(tbrt_dev *dev);
+const char *tbrt_dev_name(tbrt_dev *dev);
+const char *tbrt_dev_kind(tbrt_dev *dev);
+const char *tbrt_dev_personality(tbrt_dev *dev);
+int tbrt_dev_flavor(tbrt_dev *dev);
+/* Detail of the device's last failure (or last error completion). */
+const char *tbrt_dev_why(tbrt_dev *dev);
+/* Text for a completion's vendor_err, device specific ("" when none). */
+const char *tbrt_dev_vendor_err(tbrt_dev *dev, uint32_t vendor_err);
+
+int tbrt_dev_query(tbrt_dev *dev, struct ibv_device_attr *attr);
+int tbrt_port_query(tbrt_dev *dev, uint8_t port, struct ibv_port_attr *attr);
+/* A GID entry with its type; the type is -EOPNOTSUPP'd on providers that do
+ * not know types (Apple): then gid_type is set to IBV_GID_TYPE_IB and the
+ * call returns 1 instead of 0. An empty entry gives -ENODATA. */
+int tbrt_gid_query(tbrt_dev *dev, uint8_t port, int index, struct ibv_gid_entry *entry);
+
+int tbrt_pd_alloc(tbrt_dev *dev, tbrt_pd **out);
+int tbrt_pd_free(tbrt_pd *pd);
+
+int tbrt_cq_create(tbrt_dev *dev, int cqe, tbrt_cq **out);
+int tbrt_cq_destroy(tbrt_cq *cq);
+int tbrt_cq_poll(tbrt_cq *cq, int n, struct ibv_wc *wc);
+/* Arm: the next completion makes cq->fd readable. */
+int tbrt_cq_arm(tbrt_cq *cq);
+/* Consume the events that made cq->fd readable; returns how many. */
+int tbrt_cq_ack(tbrt_cq *cq);
+
+/* ibv_qp_init_attr with tbrt completion queues. */
+typedef struct tbrt_qp_init {
+    tbrt_cq *send_cq;
+    tbrt_cq *recv_cq;
+    struct ibv_qp_cap cap;   /* in: requested; out: granted */
+    int qp_type;             /* IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD */
+    int sq_sig_all;
+} tbrt_qp_init;
+
+int tbrt_qp_create(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out);
+int tbrt_qp_modify(tbrt_qp *qp, struct ibv_qp_attr *attr, int mask);
+int tbrt_qp_destroy(tbrt_qp *qp);
+
+int tbrt_mr_reg(tbrt_pd *pd, void *addr, size_t length, int access, tbrt_mr **out);
+int tbrt_mr_dereg(tbrt_mr *mr);
+
+int tbrt_ah_create(tbrt_pd *pd, struct ibv_ah_attr *attr, tbrt_ah **out);
+int tbrt_ah_destroy(tbrt_ah *ah);
+/* Address handle for a UD send: wr.wr.ud.ah takes tbrt_ah_handle(ah). */
+struct ibv_ah *tbrt_ah_handle(tbrt_ah *ah);
+
+int tbrt_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int tbrt_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+
+/* ---- caps ------------------------------------------------------------- */
+
+/* The 24-byte blob exchanged at setup, in the layouts llama.cpp's RPC uses
+ * (little endian):
+ *   Apple: qpn u32, lid u16, reserved u16, gid[16]
+ *   Linux: qpn u32, psn u32, gid[16]
+ * All zero means "no RDMA here, stay on TCP". */
+typedef struct tbrt_caps {
+    int flavor;          /* enum tbrt_flavor; 0 = none (all zero) */
+    uint32_t qpn;
+    uint32_t psn;        /* Linux */
+    uint16_t lid;        /* Apple */
+    uint8_t gid[16];
+} tbrt_caps;
+
+int tbrt_caps_encode(const tbrt_caps *caps, uint8_t *out, size_t outlen);
+/* Decode a blob of len bytes as the given flavor. Returns 0, or 1 for the
+ * all-zero blob (caps->flavor = 0), or -EINVAL with the reason in err. */
+int tbrt_caps_decode(const uint8_t *blob, size_t len, int flavor, tbrt_caps *caps,
+                     char *err, size_t errlen);
+
+/* ---- links ------------------------------------------------------------ */
+
+enum tbrt_framing {
+    TBRT_FRAMING_AUTO = 0,
+    TBRT_FRAMING_FIXED = 1,    /* every SEND posts the whole stride (TN3205) */
+    TBRT_FRAMING_VARIABLE = 2, /* a SEND posts only the filled bytes */
+};
+
+enum {
+    TBRT_STRIDE_HDR = 16,      /* bytes of the header at the start of a stride */
+    TBRT_SEG_MAGIC = 0x52534547, /* "RSEG" */
+    TBRT_READY_BYTE = 0x2A,    /* readiness handshake byte */
+    TBRT_BYE_BYTE = 0x2B,      /* sent on an orderly close */
+};
+
+typedef struct tbrt_link_opts {
+    const char *device;      /* "soft", "soft0", "ibverbs", "mlx5", "tcp", "auto";
+                                NULL: $TBRT_DEVICE, else "soft" */
+    const char *personality; /* soft devices; NULL: $TBRT_SOFT_PERSONALITY */
+    const char *ports;       /* soft devices; NULL: $TBRT_SOFT_PORTS */
+    const char *pci;         /* mlx5 devices */
+    int gid_index;           /* -1: match the bootstrap address ($TBRT_GID_INDEX) */
+    int port;                /* 0: first ACTIVE port */
+    uint32_t nbuf;           /* strides per direction (16) */
+    uint32_t stride;         /* bytes per stride (128 KiB), a multiple of 4 KiB */
+    int framing;             /* enum tbrt_framing */
+    int qp_type;             /* 0: by flavor (UC on Apple, RC on Linux) */
+    double timeout;          /* bound of every blocking call, seconds (30) */
+    double liveness;         /* a dead peer is reported within this, seconds (2) */
+    double spin;             /* busy-poll this long before sleeping, seconds (50e-6) */
+    int trace;               /* mlx5 command trace */
+} tbrt_link_opts;
+
+typedef struct tbrt_link tbrt_link;
+
+typedef struct tbrt_link_stats {
+    uint64_t bytes_sent;
+    uint64_t bytes_recv;
+    uint64_t frames_sent;
+    uint64_t frames_recv;
+    uint64_t completions;
+    uint64_t spins;          /* progress calls that found nothing */
+    uint64_t sleeps;         /* times a blocking call slept on the fds */
+    uint64_t eagain;         /* non-blocking calls that returned -EAGAIN */
+} tbrt_link_stats;
+
+enum tbrt_link_state {
+    TBRT_LINK_PROBED = 1,    /* resources made, caps known */
+    TBRT_LINK_ACTIVATING,    /* queue pair up, readiness byte sent */
+    TBRT_LINK_READY,         /* both sides ready: data may flow */
+    TBRT_LINK_BROKEN,        /* failed; tbrt_link_why says why */
+    TBRT_LINK_CLOSED,
+};
+
+typedef struct tbrt_link_info {
+    int id;                  /* "link 3" in every message */
+    int state;               /* enum tbrt_link_state */
+    int flavor;
+    int framing;
+    int qp_type;
+    char device[64];         /* "soft0", "tcp", ... */
+    char kind[16];
+    char personality[16];
+    int port;
+    int gid_index;
+    uint32_t qpn;
+    uint32_t peer_qpn;
+    uint32_t nbuf;
+    uint32_t stride;
+    char why_device[512];    /* how the device, port and GID were chosen */
+} tbrt_link_info;
+
+void tbrt_link_opts_init(tbrt_link_opts *opts);
+
+/* Choose the device, port and GID facing the peer of bootstrap_fd (a
+ * connected TCP socket; the link takes it over and closes it at the end),
+ * create the queue pair and register the rings. caps_out gets this side's
+ * 24-byte caps (all zero for the tcp link). */
+int tbrt_link_probe(int bootstrap_fd, const tbrt_link_opts *opts, tbrt_link **out,
+                    uint8_t *caps_out, char *err, size_t errlen);
+
+/* Connect to the peer (RESET->INIT->RTR->RTS, post the receives) and send
+ * the readiness byte; non-blocking. A failure still tells the peer (it gets
+ * a 0 byte instead of 0x2A) so both sides fail together. */
+int tbrt_link_activate(tbrt_link *l, const uint8_t *peer_caps, size_t len);
+/* Read the peer's readiness byte: 0 when ready, -EAGAIN while waiting. */
+int tbrt_link_ready(tbrt_link *l);
+/* Both of the above, blocking, bounded by opts.timeout. */
+int tbrt_link_activate_wait(tbrt_link *l, const uint8_t *peer_caps, size_t len);
+
+/* Non-blocking data path. send returns the bytes accepted (maybe fewer than
+ * len) or -EAGAIN when every stride is in flight; recv returns the bytes
+ * copied (>0), -EAGAIN when none have arrived, or an error. */
+intptr_t tbrt_link_send(tbrt_link *l, const void *buf, size_t len);
+intptr_t tbrt_link_recv(tbrt_link *l, void *buf, size_t len);
+/* Post the partly filled stride (call at every message boundary). */
+int tbrt_link_flush(tbrt_link *l);
+/* Reap completions and check liveness; returns completions reaped. */
+int tbrt_link_progress(tbrt_link *l);
+
+/* Blocking variants, each bounded by timeout seconds (< 0: opts.timeout). */
+intptr_t tbrt_link_send_all(tbrt_link *l, const void *buf, size_t len, double timeout);
+intptr_t tbrt_link_recv_all(tbrt_link *l, void *buf, size_t len, double timeout);
+intptr_t tbrt_link_recv_some(tbrt_link *l, void *buf, size_t len, double timeout);
+
+/* For an event loop: the fds to watch for readability while waiting
+ * (completion fd, bootstrap socket); returns how many. */
+int tbrt_link_fds(tbrt_link *l, int *fds, int max);
+/* Arm completion events before sleeping on the fds. Returns 1 when there is
+ * already work (do not sleep), 0 when armed, or an error. */
+int tbrt_link_arm(tbrt_link *l);
+/* 1 when a send would accept bytes now, 0 when not. */
+int tbrt_link_writable(tbrt_link *l);
+/* Bytes that recv would return now without waiting. */
+size_t tbrt_link_readable(tbrt_link *l);
+
+void tbrt_link_set_timeouts(tbrt_link *l, double timeout, double liveness, double spin);
+void tbrt_link_stats_get(tbrt_link *l, tbrt_link_stats *stats);
+void tbrt_link_info_get(tbrt_link *l, tbrt_link_info *info);
+const char *tbrt_link_why(tbrt_link *l);
+int tbrt_link_errno(tbrt_link *l);
+/* The verbs objects of an RDMA link (NULL for tcp), for scripts that look
+ * underneath: the device, queue pair and completion queue. */
+tbrt_dev *tbrt_link_dev(tbrt_link *l);
+tbrt_qp *tbrt_link_qp(tbrt_link *l);
+tbrt_cq *tbrt_link_cq(tbrt_link *l);
+
+/* Orderly close: flush, wait (bounded) for the last sends to complete, send
+ * the goodbye byte, then tear down (QP first, then MRs, buffers, CQ, PD,
+ * device) and close the bootstrap socket. Safe to call twice. */
+int tbrt_link_close(tbrt_link *l);
+/* Close if needed, then free. */
+void tbrt_link_free(tbrt_link *l);
+
+/* Test hooks: corrupt the next outgoing frame's header on purpose, to prove
+ * the receiver notices. what: 1 magic, 2 length, 3 skip a sequence number,
+ * 4 repeat the previous sequence number. */
+int tbrt_link_inject(tbrt_link *l, int what);
+
+/* The order close destroyed things in, e.g. "qp,mr,mr,buf,buf,cq,pd,dev"
+ * ("" before close), so specs can check the teardown order. */
+const char *tbrt_link_teardown(tbrt_link *l);
+
+/* tbrt:cdef end */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TBRT_H */
