@@ -39,7 +39,10 @@ ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS_CORE := -ldl -lpthread -lm
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null)
-LUV_CFLAGS    := $(shell pkg-config --cflags lua5.1-luv 2>/dev/null) $(shell pkg-config --cflags libuv 2>/dev/null)
+# Debian's lua5.1-luv.pc requires lua5.1.pc (PUC Lua's -dev package, not
+# installed), so pkg-config gives nothing: name luv's header directory. It
+# comes after LUAJIT_CFLAGS, so <lua.h> is always LuaJIT's.
+LUV_CFLAGS    := -I/usr/include/lua5.1 $(shell pkg-config --cflags libuv 2>/dev/null)
 LUV_LIBS      := -llua5.1-luv $(shell pkg-config --libs libuv 2>/dev/null)
 
 LIB_SO   := $(BUILD)/libtbrt.so

@@ -1,0 +1,213 @@
+-- tbrt/main.lua - the Lua side of the tbrt program: bindings/host calls
+-- main(argv) with the command line. It picks a mode, runs the script as the
+-- main task on the loop, runs the loop until nothing is left to do, and
+-- turns errors into "tbrt: <message>" with a traceback, and exit codes.
+--
+--   tbrt script.lua args...       run a script (global arg as luajit sets it)
+--   tbrt -e CODE [script args...] run CODE first (-e and -l NAME may repeat)
+--   tbrt - args...                the script comes from stdin
+--   tbrt                          for now: the script comes from stdin
+--   tbrt -v | -h                  version | usage
+--
+-- The main chunk, the -e chunks and -l modules run in the main task, so
+-- they may wait (task.sleep, t:join, ...) at top level. Exit codes: 0 once
+-- the main chunk has returned and no handle is left active (like luvit);
+-- n from os.exit(n); 1 for an uncaught error (in the script, in a task
+-- nobody joined, in a raw luv callback) or when the main task waits for
+-- something nothing on the loop can bring. An unhandled SIGINT ends the
+-- process as it ends luajit (killed by the signal, which a shell reports
+-- as 130); a script may catch it with uv.new_signal.
+--
+-- Modes are a table: modes.NAME(plan) -> exit code, picked by choose_mode.
+-- The REPL (tbrt.repl) and the command-line tools (tbrt.cli) plug in there.
+local uv = require("luv")
+local task = require("tbrt.task")
+
+local M = {}
+
+-- Registry key the host's luv callback wrapper looks up (bindings/host/main.c).
+local CALLBACK_ERROR_HOOK = "tbrt.callback_error"
+
+local USAGE = [==[
+usage: tbrt [options] [script [args...]]
+  -e CODE   run CODE (before the script)
+  -l NAME   require module NAME (before the script)
+  -v        print the versions and exit
+  -h        print this help and exit
+  --        stop handling options
+  -         read the script from stdin
+With no script and no -e, the script is read from stdin.]==]
+
+-- An error to report without a traceback (a script that does not compile
+-- or cannot be opened: where tbrt was at that moment says nothing).
+local Plain = {}
+Plain.__index = Plain
+Plain.__tostring = function(self) return self.message end
+local function plain_error(msg) error(setmetatable({ message = msg }, Plain), 0) end
+
+local function report(text)
+  io.stdout:flush()
+  io.stderr:write("tbrt: ", text, "\n")
+  io.stderr:flush()
+end
+
+local function fail(text)
+  report(text)
+  os.exit(1)
+end
+
+-- argv: [0] = the program, [1..n] = its arguments. Returns the plan:
+-- pre = { {kind = "e" | "l", value} ... } in order, script (nil, "-" or a
+-- path) at argv[script_index].
+function M.parse(argv)
+  local plan = { argv = argv, pre = {} }
+  local i, n = 1, argv.n or #argv
+  while i <= n do
+    local a = argv[i]
+    if a == "--" then
+      i = i + 1
+      break
+    elseif a == "-e" or a == "-l" then
+      if argv[i + 1] == nil then return nil, a .. " needs an argument" end
+      plan.pre[#plan.pre + 1] = { kind = a:sub(2), value = argv[i + 1] }
+      i = i + 2
+    elseif a:match("^%-[el].") then
+      plan.pre[#plan.pre + 1] = { kind = a:sub(2, 2), value = a:sub(3) }
+      i = i + 1
+    elseif a == "-v" or a == "--version" then
+      plan.version = true
+      i = i + 1
+    elseif a == "-h" or a == "--help" then
+      plan.help = true
+      i = i + 1
+    elseif a == "-" or a:sub(1, 1) ~= "-" then
+      break
+    else
+      return nil, "unknown option " .. a
+    end
+  end
+  plan.script_index = i
+  plan.script = i <= n and argv[i] or nil
+  return plan
+end
+
+local function choose_mode(plan)
+  if plan.help then return "help" end
+  if plan.version then return "version" end
+  if plan.script or #plan.pre > 0 then return "script" end
+  return "stdin"     -- later: "repl" when stdin is a terminal
+end
+
+-- arg as luajit sets it: the script at 0, its arguments at 1.., everything
+-- before it (the program, options) at negative indices.
+local function script_arg(argv, at)
+  local a = {}
+  for i = 0, argv.n or #argv do a[i - at] = argv[i] end
+  return a
+end
+
+local function load_script(plan)
+  local s = plan.script
+  if s == nil and plan.mode ~= "stdin" then return nil end
+  if s == nil or s == "-" then
+    local code = io.stdin:read("*a")
+    if code == nil then plain_error("cannot read the script from stdin") end
+    local f, err = loadstring(code, "=stdin")
+    if not f then plain_error(err) end
+    return f
+  end
+  local f, err = loadfile(s)
+  if not f then plain_error(err) end
+  return f
+end
+
+-- The main task: -l and -e in order, then the script with its arguments.
+-- Its own error ends the process (nobody else joins it).
+local function main_body(plan)
+  local traceback
+  local function handler(e)
+    traceback = (debug.traceback("", 2):gsub("^\n", ""))
+    return e
+  end
+  local ok, err = xpcall(function()
+    for _, p in ipairs(plan.pre) do
+      if p.kind == "l" then
+        require(p.value)
+      else
+        local f, e = loadstring(p.value, "=(command line)")
+        if not f then plain_error(e) end
+        f()
+      end
+    end
+    local chunk = load_script(plan)
+    if chunk then
+      local argv, at = plan.argv, plan.script_index
+      chunk(unpack(argv, at + 1, argv.n or #argv))
+    end
+  end, handler)
+  if not ok then
+    if getmetatable(err) == Plain then fail(err.message) end
+    fail(tostring(err) .. "\n" .. traceback)
+  end
+end
+
+-- Close what is still open (unref'd handles, stopped ones) and let the
+-- close callbacks run, so the host can close the state and the loop.
+local function shutdown()
+  uv.walk(function(h) if not h:is_closing() then h:close() end end)
+  uv.run("default")
+end
+
+local modes = {}
+M.modes = modes
+
+function modes.help()
+  print(USAGE)
+  return 0
+end
+
+function modes.version()
+  local lib = "libtbrt not loaded"
+  local ok, b = pcall(require, "tbrt.ffi")
+  if ok then
+    lib = "libtbrt " .. b.ffi.string(b.C.tbrt_version()) .. " (" .. b.path .. ")"
+  else
+    lib = lib .. ": " .. tostring(b)
+  end
+  print(string.format("tbrt: %s, %s, libuv %s", lib, jit and jit.version or _VERSION,
+    uv.version_string()))
+  return 0
+end
+
+-- Run the main task, then the loop until nothing is left.
+function modes.script(plan)
+  _G.arg = script_arg(plan.argv, plan.script_index)
+  local main_task = task.spawn(main_body, plan)
+  uv.run("default")
+  local code = 0
+  local state = main_task:status()
+  if state ~= "done" then
+    local w = main_task.wait
+    report(string.format("the main task is %s%s, but nothing left on the loop can wake it",
+      state, w and (" in " .. w.op) or ""))
+    code = 1
+  end
+  shutdown()
+  return code
+end
+modes.stdin = modes.script
+
+function M.main(argv)
+  -- An error in a raw luv callback is reported like any other uncaught
+  -- error, and ends the process.
+  debug.getregistry()[CALLBACK_ERROR_HOOK] = function(msg) fail(msg) end
+  local plan, err = M.parse(argv)
+  if not plan then
+    report(err .. "\n" .. USAGE)
+    return 1
+  end
+  plan.mode = choose_mode(plan)
+  return modes[plan.mode](plan)
+end
+
+return M
