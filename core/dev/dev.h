@@ -89,6 +89,9 @@ const char *dev_qp_state_name(int state);
 const char *dev_qp_type_name(int type);
 const char *dev_port_state_name(int state);
 const char *dev_gid_type_name(int type);
+/* "IBV_WC_LOC_LEN_ERR (local length error)" style text of a completion
+ * status (libibverbs is only loaded at run time, so its table is not ours). */
+const char *dev_wc_status_name(int status);
 /* "::ffff:127.0.0.1" style text of a GID. */
 void dev_gid_str(const uint8_t gid[16], char *out, size_t outlen);
 

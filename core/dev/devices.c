@@ -121,6 +121,39 @@ const char *dev_gid_type_name(int type)
     }
 }
 
+const char *dev_wc_status_name(int status)
+{
+    static const char *const names[] = {
+        [IBV_WC_SUCCESS] = "IBV_WC_SUCCESS (success)",
+        [IBV_WC_LOC_LEN_ERR] = "IBV_WC_LOC_LEN_ERR (local length error)",
+        [IBV_WC_LOC_QP_OP_ERR] = "IBV_WC_LOC_QP_OP_ERR (local QP operation error)",
+        [IBV_WC_LOC_EEC_OP_ERR] = "IBV_WC_LOC_EEC_OP_ERR (local EE context operation error)",
+        [IBV_WC_LOC_PROT_ERR] = "IBV_WC_LOC_PROT_ERR (local protection error)",
+        [IBV_WC_WR_FLUSH_ERR] = "IBV_WC_WR_FLUSH_ERR (work request flushed)",
+        [IBV_WC_MW_BIND_ERR] = "IBV_WC_MW_BIND_ERR (memory window bind error)",
+        [IBV_WC_BAD_RESP_ERR] = "IBV_WC_BAD_RESP_ERR (bad response error)",
+        [IBV_WC_LOC_ACCESS_ERR] = "IBV_WC_LOC_ACCESS_ERR (local access error)",
+        [IBV_WC_REM_INV_REQ_ERR] = "IBV_WC_REM_INV_REQ_ERR (remote invalid request error)",
+        [IBV_WC_REM_ACCESS_ERR] = "IBV_WC_REM_ACCESS_ERR (remote access error)",
+        [IBV_WC_REM_OP_ERR] = "IBV_WC_REM_OP_ERR (remote operation error)",
+        [IBV_WC_RETRY_EXC_ERR] = "IBV_WC_RETRY_EXC_ERR (transport retry counter exceeded)",
+        [IBV_WC_RNR_RETRY_EXC_ERR] = "IBV_WC_RNR_RETRY_EXC_ERR (RNR retry counter exceeded)",
+        [IBV_WC_LOC_RDD_VIOL_ERR] = "IBV_WC_LOC_RDD_VIOL_ERR (local RDD violation error)",
+        [IBV_WC_REM_INV_RD_REQ_ERR] = "IBV_WC_REM_INV_RD_REQ_ERR (remote invalid RD request)",
+        [IBV_WC_REM_ABORT_ERR] = "IBV_WC_REM_ABORT_ERR (aborted error)",
+        [IBV_WC_INV_EECN_ERR] = "IBV_WC_INV_EECN_ERR (invalid EE context number)",
+        [IBV_WC_INV_EEC_STATE_ERR] = "IBV_WC_INV_EEC_STATE_ERR (invalid EE context state)",
+        [IBV_WC_FATAL_ERR] = "IBV_WC_FATAL_ERR (fatal error)",
+        [IBV_WC_RESP_TIMEOUT_ERR] = "IBV_WC_RESP_TIMEOUT_ERR (response timeout error)",
+        [IBV_WC_GENERAL_ERR] = "IBV_WC_GENERAL_ERR (general error)",
+        [IBV_WC_TM_ERR] = "IBV_WC_TM_ERR (tag matching error)",
+        [IBV_WC_TM_RNDV_INCOMPLETE] = "IBV_WC_TM_RNDV_INCOMPLETE (rendezvous incomplete)",
+    };
+    if (status < 0 || (size_t)status >= TBRT_ARRAY_LEN(names) || !names[status])
+        return "unknown completion status";
+    return names[status];
+}
+
 void dev_gid_str(const uint8_t gid[16], char *out, size_t outlen)
 {
     char buf[INET6_ADDRSTRLEN];

@@ -306,6 +306,10 @@ int tbrt_link_fds(tbrt_link *l, int *fds, int max);
 /* Arm completion events before sleeping on the fds. Returns 1 when there is
  * already work (do not sleep), 0 when armed, or an error. */
 int tbrt_link_arm(tbrt_link *l);
+/* The longest the caller may sleep on the fds before calling progress
+ * again (seconds), or -1 for no limit: sends in flight on a software device
+ * need the caller's calls to move. */
+double tbrt_link_sleep_max(tbrt_link *l);
 /* 1 when a send would accept bytes now, 0 when not. */
 int tbrt_link_writable(tbrt_link *l);
 /* Bytes that recv would return now without waiting. */

@@ -1,0 +1,612 @@
+/* link.c - the link API: options, probe, activation and readiness, the data
+ * path entry points (non-blocking and bounded blocking), close.
+ *
+ * Link states: PROBED (resources made, caps known) -> ACTIVATING (queue pair
+ * up, readiness byte sent) -> READY (the peer's 0x2A arrived) -> CLOSED; any
+ * failure -> BROKEN, which keeps the first error and its message. A timeout
+ * of a blocking call is reported but does not break the link. */
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "engine/link.h"
+#include "util/util.h"
+
+static atomic_int next_link_id = 1;
+
+int link_fail(tbrt_link *l, int err, const char *fmt, ...)
+{
+    if (l->state == TBRT_LINK_BROKEN)
+        return -l->err;
+    char msg[TBRT_WHY_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(l->why, sizeof l->why, "link %d: %s", l->id, msg);
+    l->err = err;
+    l->state = TBRT_LINK_BROKEN;
+    return -err;
+}
+
+/* A failure of one call that leaves the link usable (a timeout). */
+static int link_note(tbrt_link *l, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int link_note(tbrt_link *l, int err, const char *fmt, ...)
+{
+    char msg[TBRT_WHY_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(l->why, sizeof l->why, "link %d: %s", l->id, msg);
+    return -err;
+}
+
+void link_log_teardown(tbrt_link *l, const char *what)
+{
+    str_append(l->teardown_log, sizeof l->teardown_log, "%s%s", l->teardown_log[0] ? "," : "",
+               what);
+}
+
+/* ---- options ------------------------------------------------------------------ */
+
+void tbrt_link_opts_init(tbrt_link_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->gid_index = -1;
+    o->nbuf = 16;
+    o->stride = 128 * 1024;     /* measured best of 32/64/128/256 KiB on TB5 */
+    o->timeout = 30.0;
+    o->liveness = 2.0;
+    o->spin = 50e-6;
+}
+
+static int normalize(tbrt_link *l, const tbrt_link_opts *in, char *err, size_t errlen)
+{
+    tbrt_link_opts d;
+    tbrt_link_opts_init(&d);
+    tbrt_link_opts *o = &l->opts;
+    *o = in ? *in : d;
+    str_copy(l->device_opt, sizeof l->device_opt,
+             o->device && *o->device ? o->device : env_str("TBRT_DEVICE", "soft"));
+    o->device = l->device_opt;
+    str_copy(l->personality_opt, sizeof l->personality_opt, o->personality);
+    o->personality = l->personality_opt[0] ? l->personality_opt : NULL;
+    str_copy(l->ports_opt, sizeof l->ports_opt, o->ports);
+    o->ports = l->ports_opt[0] ? l->ports_opt : NULL;
+    str_copy(l->pci_opt, sizeof l->pci_opt, o->pci);
+    o->pci = l->pci_opt[0] ? l->pci_opt : NULL;
+    if (o->gid_index < 0)
+        o->gid_index = (int)env_long("TBRT_GID_INDEX", -1);
+    if (o->nbuf == 0)
+        o->nbuf = d.nbuf;
+    if (o->stride == 0)
+        o->stride = d.stride;
+    if (!(o->timeout > 0))
+        o->timeout = d.timeout;
+    if (!(o->liveness > 0))
+        o->liveness = d.liveness;
+    if (!(o->spin >= 0))
+        o->spin = d.spin;
+    if (o->nbuf < 2 || o->nbuf > 4096)
+        return err_set(err, errlen, EINVAL, "link %d: nbuf %u out of range 2..4096", l->id, o->nbuf);
+    if (o->stride < 4096 || o->stride % 4096 || o->stride > (64u << 20))
+        return err_set(err, errlen, EINVAL, "link %d: stride %u must be a multiple of 4 KiB "
+                       "(a Thunderbolt frame) from 4 KiB to 64 MiB", l->id, o->stride);
+    if (o->framing < TBRT_FRAMING_AUTO || o->framing > TBRT_FRAMING_VARIABLE)
+        return err_set(err, errlen, EINVAL, "link %d: framing %d is not auto/fixed/variable", l->id,
+                       o->framing);
+    if (o->qp_type && o->qp_type != IBV_QPT_RC && o->qp_type != IBV_QPT_UC)
+        return err_set(err, errlen, EINVAL, "link %d: qp_type %d: links use RC or UC", l->id,
+                       o->qp_type);
+    if (o->port < 0 || o->port > 255)
+        return err_set(err, errlen, EINVAL, "link %d: port %d out of range", l->id, o->port);
+    return 0;
+}
+
+/* ---- probe and activation -------------------------------------------------------- */
+
+static void fill_info(tbrt_link *l)
+{
+    tbrt_link_info *i = &l->info;
+    i->id = l->id;
+    i->flavor = l->flavor;
+    i->framing = l->framing;
+    i->qp_type = l->qp_type;
+    i->port = l->port;
+    i->gid_index = l->gid_index;
+    i->nbuf = l->nbuf;
+    i->stride = l->stride;
+    if (l->dev) {
+        str_copy(i->device, sizeof i->device, tbrt_dev_name(l->dev));
+        str_copy(i->kind, sizeof i->kind, tbrt_dev_kind(l->dev));
+        str_copy(i->personality, sizeof i->personality, tbrt_dev_personality(l->dev));
+        i->qpn = l->qp ? l->qp->qp_num : 0;
+    } else {
+        str_copy(i->device, sizeof i->device, "tcp");
+        str_copy(i->kind, sizeof i->kind, "tcp");
+        i->personality[0] = 0;
+        i->qpn = 0;
+    }
+}
+
+int tbrt_link_probe(int fd, const tbrt_link_opts *opts, tbrt_link **out, uint8_t *caps_out,
+                    char *err, size_t errlen)
+{
+    if (!out)
+        return err_set(err, errlen, EINVAL, "probe: no out pointer");
+    *out = NULL;
+    tbrt_link *l = calloc(1, sizeof *l);
+    if (!l)
+        return err_set(err, errlen, ENOMEM, "probe: out of memory");
+    l->id = atomic_fetch_add(&next_link_id, 1);
+    l->fd = fd;
+    l->pend_buf = -1;
+    l->gid_index = -1;
+    int rc = normalize(l, opts, err, errlen);
+    if (rc == 0)
+        rc = link_socket_setup(l, err, errlen);
+    if (rc == 0) {
+        if (strcmp(l->opts.device, "tcp") == 0) {
+            rc = link_tcp_setup(l, err, errlen);
+            str_copy(l->info.why_device, sizeof l->info.why_device, "tcp: asked for");
+        } else {
+            rc = link_select_device(l, err, errlen);
+            if (rc == 0)
+                rc = link_rdma_setup(l, err, errlen);
+        }
+    }
+    if (rc) {
+        l->fd = -1;             /* the caller keeps its socket on failure */
+        if (l->t)
+            l->t->teardown(l);
+        else if (l->dev)
+            link_rdma.teardown(l);
+        free(l);
+        return rc;
+    }
+    l->state = TBRT_LINK_PROBED;
+    fill_info(l);
+    if (caps_out) {
+        tbrt_caps c = {.flavor = l->dev ? l->flavor : 0, .qpn = l->info.qpn, .psn = l->psn,
+                       .lid = l->lid};
+        memcpy(c.gid, l->gid, 16);
+        tbrt_caps_encode(&c, caps_out, TBRT_CAPS_SIZE);
+    }
+    *out = l;
+    return 0;
+}
+
+int tbrt_link_activate(tbrt_link *l, const uint8_t *peer_caps, size_t len)
+{
+    if (!l)
+        return -EINVAL;
+    if (l->state != TBRT_LINK_PROBED)
+        return link_note(l, EINVAL, "activate: the link is not freshly probed (state %d)", l->state);
+    tbrt_caps peer;
+    char why[TBRT_WHY_MAX];
+    int rc = tbrt_caps_decode(peer_caps, len, l->flavor ? l->flavor : TBRT_FLAVOR_LINUX, &peer,
+                              why, sizeof why);
+    if (rc < 0) {
+        link_send_byte(l, 0);   /* the peer fails with us */
+        return link_fail(l, -rc, "activate: %s", why);
+    }
+    if (rc == 1 || !l->dev) {
+        /* either side without RDMA: both stay on TCP */
+        if (l->dev) {
+            link_rdma.teardown(l);
+            l->teardown_log[0] = 0;
+            l->fallback = true;
+            link_tcp_setup(l, why, sizeof why);
+            fill_info(l);
+            str_copy(l->info.why_device, sizeof l->info.why_device,
+                     "tcp: the peer sent all-zero caps (no RDMA), so both sides stay on TCP");
+        }
+        rc = 0;
+    } else {
+        rc = l->t->activate(l, &peer);
+    }
+    if (rc == 0 && l->state == TBRT_LINK_BROKEN)
+        rc = -l->err;
+    /* every device, success or not, so a one-sided failure fails both sides */
+    int src = link_send_byte(l, rc == 0 ? TBRT_READY_BYTE : 0);
+    l->ready_sent = true;
+    if (rc)
+        return rc;
+    if (src)
+        return link_fail(l, -src, "activate: sending the readiness byte: %s", strerror(-src));
+    l->state = TBRT_LINK_ACTIVATING;
+    return 0;
+}
+
+int tbrt_link_ready(tbrt_link *l)
+{
+    if (!l)
+        return -EINVAL;
+    if (l->state == TBRT_LINK_READY)
+        return 0;
+    if (l->state == TBRT_LINK_BROKEN)
+        return -l->err;
+    if (l->state != TBRT_LINK_ACTIVATING)
+        return link_note(l, EINVAL, "ready: activate first");
+    uint8_t b;
+    int rc = link_recv_byte(l, &b);
+    if (rc == 0)
+        return -EAGAIN;
+    if (rc < 0)
+        return link_fail(l, rc == -ECONNRESET ? ECONNRESET : -rc,
+                         "readiness: the peer closed the bootstrap socket before it was ready");
+    if (b == 0)
+        return link_fail(l, ECONNREFUSED, "readiness: the peer failed to activate its side "
+                         "(it sent 0x00, not 0x2A); see the peer's error");
+    if (b != TBRT_READY_BYTE)
+        return link_fail(l, EPROTO, "readiness: byte 0x%02x, expected 0x2A", b);
+    l->state = TBRT_LINK_READY;
+    return 0;
+}
+
+/* ---- waiting ------------------------------------------------------------------- */
+
+typedef bool (*link_cond)(tbrt_link *l, void *arg);
+
+/* Spin while there is progress, then sleep on the completion fd and the
+ * bootstrap socket; never past the deadline. */
+static int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, const char *what)
+{
+    double now = now_s(), deadline = now + timeout, spin_until = now + l->opts.spin;
+    for (;;) {
+        if (cond(l, arg))
+            return 0;
+        int n = l->t->progress(l);
+        if (n < 0)
+            return n;
+        if (cond(l, arg))
+            return 0;
+        now = now_s();
+        if (n > 0) {
+            spin_until = now + l->opts.spin;
+            continue;
+        }
+        if (now >= deadline)
+            return link_note(l, ETIMEDOUT, "%s: not done within %.3g s", what, timeout);
+        if (now < spin_until)
+            continue;
+        int a = l->t->arm(l);
+        if (a < 0)
+            return a;
+        if (a > 0) {
+            spin_until = now_s() + l->opts.spin;
+            continue;
+        }
+        struct pollfd p[2];
+        int fds[2], nf = l->t->fds(l, fds, 2);
+        for (int i = 0; i < nf; i++)
+            p[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+        double nap = deadline - now, cap = tbrt_link_sleep_max(l);
+        if (cap >= 0 && cap < nap)
+            nap = cap;
+        l->stats.sleeps++;
+        int r = poll(p, (nfds_t)nf, (int)ceil(nap * 1000.0));
+        if (r > 0 && nf == 2 && p[1].revents) {
+            int rc = link_check_liveness(l, true);
+            if (rc)
+                return rc;
+        }
+        spin_until = now_s() + l->opts.spin;
+    }
+}
+
+int tbrt_link_activate_wait(tbrt_link *l, const uint8_t *peer_caps, size_t len)
+{
+    int rc = tbrt_link_activate(l, peer_caps, len);
+    if (rc)
+        return rc;
+    /* the peer's byte comes over the socket: sleep on it alone */
+    double deadline = now_s() + l->opts.timeout;
+    for (;;) {
+        rc = tbrt_link_ready(l);
+        if (rc != -EAGAIN)
+            return rc;
+        double left = deadline - now_s();
+        if (left <= 0)
+            return link_fail(l, ETIMEDOUT, "readiness: no byte from the peer within %.3g s",
+                             l->opts.timeout);
+        struct pollfd p = {.fd = l->fd, .events = POLLIN};
+        poll(&p, 1, (int)ceil(left * 1000.0));
+    }
+}
+
+/* ---- data path -------------------------------------------------------------------- */
+
+static int usable(tbrt_link *l, const char *op)
+{
+    if (l->state == TBRT_LINK_READY)
+        return 0;
+    if (l->state == TBRT_LINK_BROKEN)
+        return -l->err;
+    if (l->state == TBRT_LINK_CLOSED)
+        return link_note(l, EBADF, "%s: the link is closed", op);
+    return link_note(l, ENOTCONN, "%s: the link is not ready (activate it first)", op);
+}
+
+intptr_t tbrt_link_send(tbrt_link *l, const void *buf, size_t len)
+{
+    if (!l || (!buf && len))
+        return -EINVAL;
+    int rc = usable(l, "send");
+    if (rc)
+        return rc;
+    if (l->bye)
+        return link_note(l, EPIPE, "send: the peer closed the link");
+    if (len == 0)
+        return 0;
+    intptr_t n = l->t->send(l, buf, len);
+    if (n == -EAGAIN)
+        l->stats.eagain++;
+    return n;
+}
+
+intptr_t tbrt_link_recv(tbrt_link *l, void *buf, size_t len)
+{
+    if (!l || (!buf && len))
+        return -EINVAL;
+    if (l->state == TBRT_LINK_BROKEN && l->peer_dead && l->t->readable(l) && len)
+        return l->t->recv(l, buf, len); /* what arrived before the peer died */
+    int rc = usable(l, "recv");
+    if (rc)
+        return rc;
+    if (len == 0)
+        return 0;
+    /* turnaround: a request still coalescing would never reach the peer */
+    if ((rc = l->t->flush(l)) != 0 && rc != -EAGAIN)
+        return rc;
+    if (!l->t->readable(l)) {
+        int n = l->t->progress(l);
+        if (n < 0)
+            return l->t->readable(l) ? l->t->recv(l, buf, len) : n;
+    }
+    if (!l->t->readable(l)) {
+        if (l->bye || l->tcp_eof)
+            return 0;           /* EOF */
+        l->stats.eagain++;
+        return -EAGAIN;
+    }
+    return l->t->recv(l, buf, len);
+}
+
+int tbrt_link_flush(tbrt_link *l)
+{
+    if (!l)
+        return -EINVAL;
+    int rc = usable(l, "flush");
+    return rc ? rc : l->t->flush(l);
+}
+
+int tbrt_link_progress(tbrt_link *l)
+{
+    if (!l)
+        return -EINVAL;
+    if (l->state == TBRT_LINK_BROKEN)
+        return -l->err;
+    if (l->state != TBRT_LINK_READY)
+        return 0;
+    return l->t->progress(l);
+}
+
+static double pick_timeout(tbrt_link *l, double t) { return t < 0 ? l->opts.timeout : t; }
+
+struct io_arg {
+    const uint8_t *cbuf;
+    uint8_t *buf;
+    size_t len, done;
+    int rc;
+    bool some;
+};
+
+static bool cond_send(tbrt_link *l, void *arg)
+{
+    struct io_arg *a = arg;
+    while (a->done < a->len) {
+        intptr_t n = tbrt_link_send(l, a->cbuf + a->done, a->len - a->done);
+        if (n == -EAGAIN)
+            return false;
+        if (n < 0) {
+            a->rc = (int)n;
+            return true;
+        }
+        a->done += (size_t)n;
+    }
+    return true;
+}
+
+intptr_t tbrt_link_send_all(tbrt_link *l, const void *buf, size_t len, double timeout)
+{
+    if (!l || (!buf && len))
+        return -EINVAL;
+    int rc = usable(l, "send");
+    if (rc)
+        return rc;
+    struct io_arg a = {.cbuf = buf, .len = len};
+    rc = link_wait(l, cond_send, &a, pick_timeout(l, timeout), "send");
+    if (rc == -ETIMEDOUT)
+        snprintf(l->why, sizeof l->why, "link %d: send: %zu of %zu bytes accepted within %.3g s "
+                 "(the peer is not reading)", l->id, a.done, len, pick_timeout(l, timeout));
+    if (rc)
+        return rc;
+    return a.rc ? a.rc : (intptr_t)a.done;
+}
+
+static bool cond_recv(tbrt_link *l, void *arg)
+{
+    struct io_arg *a = arg;
+    while (a->done < a->len) {
+        intptr_t n = tbrt_link_recv(l, a->buf + a->done, a->len - a->done);
+        if (n == -EAGAIN)
+            return a->some && a->done > 0;
+        if (n == 0)
+            return true;        /* EOF */
+        if (n < 0) {
+            a->rc = (int)n;
+            return true;
+        }
+        a->done += (size_t)n;
+    }
+    return true;
+}
+
+static intptr_t recv_wait(tbrt_link *l, void *buf, size_t len, double timeout, bool some)
+{
+    if (!l || (!buf && len))
+        return -EINVAL;
+    struct io_arg a = {.buf = buf, .len = len, .some = some};
+    if (cond_recv(l, &a))
+        return a.rc && !a.done ? a.rc : (intptr_t)a.done;
+    int rc = link_wait(l, cond_recv, &a, pick_timeout(l, timeout), "recv");
+    if (rc == -ETIMEDOUT)
+        snprintf(l->why, sizeof l->why, "link %d: recv: %zu of %zu bytes arrived within %.3g s "
+                 "(peer alive but silent)", l->id, a.done, len, pick_timeout(l, timeout));
+    if (rc && !a.done)
+        return rc;
+    if (a.rc && !a.done)
+        return a.rc;
+    return (intptr_t)a.done;
+}
+
+intptr_t tbrt_link_recv_all(tbrt_link *l, void *buf, size_t len, double timeout)
+{
+    return recv_wait(l, buf, len, timeout, false);
+}
+
+intptr_t tbrt_link_recv_some(tbrt_link *l, void *buf, size_t len, double timeout)
+{
+    return recv_wait(l, buf, len, timeout, true);
+}
+
+int tbrt_link_fds(tbrt_link *l, int *fds, int max)
+{
+    if (!l || !fds || !l->t)
+        return 0;
+    return l->t->fds(l, fds, max);
+}
+
+int tbrt_link_arm(tbrt_link *l)
+{
+    if (!l)
+        return -EINVAL;
+    if (l->state == TBRT_LINK_BROKEN)
+        return -l->err;
+    return l->t->arm(l);
+}
+
+double tbrt_link_sleep_max(tbrt_link *l)
+{
+    /* sends in flight on a software device move only when we call in */
+    if (l && l->dev && strcmp(tbrt_dev_kind(l->dev), "soft") == 0 && !l->t->idle(l))
+        return 0.001;
+    return -1;
+}
+
+int tbrt_link_writable(tbrt_link *l)
+{
+    return l && l->state == TBRT_LINK_READY && l->t->writable(l);
+}
+
+size_t tbrt_link_readable(tbrt_link *l)
+{
+    return l && l->t ? l->t->readable(l) : 0;
+}
+
+/* ---- information ---------------------------------------------------------------- */
+
+void tbrt_link_set_timeouts(tbrt_link *l, double timeout, double liveness, double spin)
+{
+    if (!l)
+        return;
+    if (timeout > 0)
+        l->opts.timeout = timeout;
+    if (liveness > 0)
+        l->opts.liveness = liveness;
+    if (spin >= 0)
+        l->opts.spin = spin;
+}
+
+void tbrt_link_stats_get(tbrt_link *l, tbrt_link_stats *s)
+{
+    if (l && s)
+        *s = l->stats;
+}
+
+void tbrt_link_info_get(tbrt_link *l, tbrt_link_info *i)
+{
+    if (!l || !i)
+        return;
+    l->info.state = l->state;
+    *i = l->info;
+}
+
+const char *tbrt_link_why(tbrt_link *l) { return l ? l->why : "no link"; }
+int tbrt_link_errno(tbrt_link *l) { return l ? l->err : EINVAL; }
+tbrt_dev *tbrt_link_dev(tbrt_link *l) { return l ? l->dev : NULL; }
+tbrt_qp *tbrt_link_qp(tbrt_link *l) { return l ? l->qp : NULL; }
+tbrt_cq *tbrt_link_cq(tbrt_link *l) { return l ? l->cq : NULL; }
+const char *tbrt_link_teardown(tbrt_link *l) { return l ? l->teardown_log : ""; }
+
+int tbrt_link_inject(tbrt_link *l, int what)
+{
+    if (!l || what < 1 || what > 4 || !l->dev)
+        return -EINVAL;
+    l->inject = what;
+    return 0;
+}
+
+/* ---- close ------------------------------------------------------------------------ */
+
+static bool cond_idle(tbrt_link *l, void *arg)
+{
+    (void)arg;
+    return l->t->idle(l) || l->state == TBRT_LINK_BROKEN;
+}
+
+int tbrt_link_close(tbrt_link *l)
+{
+    if (!l)
+        return -EINVAL;
+    if (l->state == TBRT_LINK_CLOSED)
+        return 0;
+    if (l->state == TBRT_LINK_READY && !l->peer_dead) {
+        /* let what was sent land before saying goodbye, bounded */
+        l->t->flush(l);
+        link_wait(l, cond_idle, NULL, TBRT_MIN(l->opts.timeout, 2.0), "close");
+        /* an RDMA link's socket carries only this byte now; a tcp link's
+         * EOF (below) says the same */
+        if (!l->bye && l->dev)
+            link_send_byte(l, TBRT_BYE_BYTE);
+    }
+    if (l->t)
+        l->t->teardown(l);
+    if (l->fd >= 0) {
+        shutdown(l->fd, SHUT_WR);
+        close(l->fd);
+        l->fd = -1;
+    }
+    l->state = TBRT_LINK_CLOSED;
+    if (l->close_err)
+        return link_note(l, l->close_err, "close: %s", l->close_why);
+    return 0;
+}
+
+void tbrt_link_free(tbrt_link *l)
+{
+    if (!l)
+        return;
+    tbrt_link_close(l);
+    free(l);
+}

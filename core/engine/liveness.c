@@ -1,0 +1,121 @@
+/* liveness.c - the bootstrap socket as the link's liveness anchor.
+ *
+ * UC never reports a dead peer, and even RC only notices when it has
+ * something to send. Once a link is up nothing else crosses the bootstrap
+ * socket, so anything that makes it readable means the end of the peer:
+ * the goodbye byte (an orderly close), EOF (the process died: the kernel
+ * closes its sockets), or an error. For a host that vanishes without a FIN,
+ * TCP keepalive and TCP_USER_TIMEOUT are set from the liveness bound. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "engine/link.h"
+#include "util/util.h"
+
+/* While spinning, look at the socket at most this often (seconds). */
+#define LIVENESS_CHECK_EVERY 0.001
+
+int link_socket_setup(tbrt_link *l, char *err, size_t errlen)
+{
+    int type = 0;
+    socklen_t len = sizeof type;
+    if (getsockopt(l->fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM)
+        return err_set(err, errlen, ENOTSOCK, "link %d: probe: fd %d is not a stream socket",
+                       l->id, l->fd);
+    struct sockaddr_storage peer;
+    len = sizeof peer;
+    if (getpeername(l->fd, (struct sockaddr *)&peer, &len) != 0)
+        return err_set(err, errlen, ENOTCONN, "link %d: probe: the bootstrap socket is not "
+                       "connected: %s", l->id, strerror(errno));
+    int fl = fcntl(l->fd, F_GETFL);
+    if (fl < 0 || fcntl(l->fd, F_SETFL, fl | O_NONBLOCK) != 0)
+        return err_set(err, errlen, errno, "link %d: probe: O_NONBLOCK: %s", l->id, strerror(errno));
+    int one = 1;
+    setsockopt(l->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    /* keepalive probes every second, give up at the liveness bound */
+    int secs = (int)ceil(l->opts.liveness);
+    if (secs < 2)
+        secs = 2;
+    int idle = 1, intvl = 1, cnt = secs - 1;
+    setsockopt(l->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(l->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(l->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(l->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    unsigned ut = (unsigned)(l->opts.liveness * 1000.0);
+    setsockopt(l->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut);
+    return 0;
+}
+
+int link_send_byte(tbrt_link *l, uint8_t b)
+{
+    for (;;) {
+        ssize_t n = send(l->fd, &b, 1, MSG_NOSIGNAL);
+        if (n == 1)
+            return 0;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            /* one byte on an idle socket: only a full buffer (tcp link) stops it */
+            struct pollfd p = {.fd = l->fd, .events = POLLOUT};
+            if (poll(&p, 1, (int)(l->opts.timeout * 1000)) > 0)
+                continue;
+            return -ETIMEDOUT;
+        }
+        return n < 0 ? -errno : -EIO;
+    }
+}
+
+int link_recv_byte(tbrt_link *l, uint8_t *b)
+{
+    for (;;) {
+        ssize_t n = recv(l->fd, b, 1, MSG_DONTWAIT);
+        if (n == 1)
+            return 1;
+        if (n == 0)
+            return -ECONNRESET;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        return -errno;
+    }
+}
+
+int link_check_liveness(tbrt_link *l, bool force)
+{
+    if (l->bye || l->peer_dead)
+        return 0;
+    if (!force) {
+        double now = now_s();
+        if (now - l->last_live_check < LIVENESS_CHECK_EVERY)
+            return 0;
+        l->last_live_check = now;
+    }
+    uint8_t b;
+    int rc = link_recv_byte(l, &b);
+    if (rc == 0)
+        return 0;
+    if (rc == 1 && b == TBRT_BYE_BYTE) {
+        l->bye = true;
+        return 0;
+    }
+    l->peer_dead = true;
+    if (rc == 1)
+        return link_fail(l, EPROTO, "bootstrap socket: unexpected byte 0x%02x after setup "
+                         "(nothing else may cross it once the link is up)", b);
+    if (rc == -ECONNRESET)
+        return link_fail(l, ECONNRESET, "peer closed the bootstrap socket without saying "
+                         "goodbye (peer process died?)");
+    if (rc == -ETIMEDOUT)
+        return link_fail(l, ETIMEDOUT, "peer did not answer TCP keepalive within %.1f s "
+                         "(peer host dead or unreachable)", l->opts.liveness);
+    return link_fail(l, -rc, "bootstrap socket: %s (peer gone)", strerror(-rc));
+}

@@ -1,0 +1,363 @@
+/* soft.h - the software RDMA device: internal structures shared by its files.
+ *
+ * The soft device runs in user space with no kernel module. Its wire, for
+ * now, is shared memory between processes on one host:
+ *
+ *   fabric    one registry file per personality (/dev/shm/tbrt-<uid>-soft-
+ *             <personality>) mapping queue pair numbers to the process and
+ *             memory that hold them; QPNs are fabric-wide, like a subnet.
+ *   context   each opened device owns a memfd "context segment" holding the
+ *             parts of its objects that peers must touch: queue pair blocks
+ *             (state, receive queue), completion queue rings, the MR table.
+ *             Peers map it through /proc/<pid>/fd/<fd>.
+ *   memory    registering memory swaps its pages for a memfd mapping with the
+ *             same contents at the same address, so a peer can map the
+ *             registered range and copy straight into it.
+ *
+ * A transfer is therefore one memcpy, done by the sending process, from its
+ * registered buffer into the receiver's posted buffer (the "DMA"), followed
+ * by a completion written into the receiver's completion queue. Nothing is
+ * staged in between. The "hardware" runs only when a process calls in
+ * (post_send, poll_cq); the engine polls, so that is enough.
+ *
+ * Threading: one device context is used by one thread at a time. The shared
+ * structures are safe against the peer processes (atomics), not against two
+ * local threads. */
+#ifndef TBRT_SOFT_H
+#define TBRT_SOFT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dev/dev.h"
+
+/* ---- personalities ------------------------------------------------------ */
+
+/* TN3205: Thunderbolt RDMA moves 4 KiB frames; queue depths count frames. */
+#define SOFT_FRAME 4096u
+/* TN3205: at most 4095 frames per queue, so 4095 x 4 KiB per message. */
+#define SOFT_APPLE_MAX_FRAMES 4095u
+#define SOFT_APPLE_MAX_MSG (SOFT_APPLE_MAX_FRAMES * SOFT_FRAME) /* 16,773,120 */
+#define SOFT_APPLE_MAX_QP 10
+#define SOFT_APPLE_MAX_MR (4ull << 30)
+#define SOFT_MAX_SGE 4
+#define SOFT_MAX_PORTS 2
+
+struct soft_personality {
+    const char *name;
+    int flavor;
+    unsigned qp_types;          /* bit (1 << IBV_QPT_x) per allowed type */
+    int max_qp;                 /* per device context */
+    bool depth_in_frames;       /* max_send_wr/max_recv_wr count 4 KiB frames */
+    uint32_t max_qp_wr;
+    uint64_t max_msg;
+    uint64_t max_mr;
+    bool mr_needs_remote_access; /* LOCAL_WRITE alone fails */
+    bool recv_needs_rts;        /* post_recv before RTS fails */
+    bool frames_must_match;     /* SEND and RECV must cover the same frames */
+    bool credit_flow;           /* a SEND waits for a posted RECV (no RNR) */
+    bool err_breaks_dereg;      /* QP moved to ERR => MR dereg fails */
+    bool gid_types;             /* the provider reports GID types */
+    int gid_tbl_len;
+    int nports;
+    const char *ports;          /* default port states */
+    enum ibv_mtu mtu;
+};
+
+const struct soft_personality *soft_personality_find(const char *name);
+const char *soft_personality_names(void);
+
+/* vendor_err codes on error completions, with text in soft_vendor_err() */
+enum soft_verr {
+    SOFT_VERR_NONE = 0,
+    SOFT_VERR_FRAMES = 0x5101,     /* apple: SEND/RECV frame counts differ */
+    SOFT_VERR_RECV_SHORT,          /* receive buffer smaller than the message */
+    SOFT_VERR_RNR,                 /* no receive posted, retries exhausted */
+    SOFT_VERR_PEER_GONE,           /* no ACK: peer QP gone or not ready */
+    SOFT_VERR_LKEY,                /* bad lkey or out of its bounds */
+    SOFT_VERR_RKEY,                /* bad rkey, bounds or access */
+    SOFT_VERR_NOT_SHARED,          /* receive buffer memory cannot be shared */
+    SOFT_VERR_FLUSH,               /* flushed: the QP is in ERR */
+    SOFT_VERR_MSG_SIZE,            /* message larger than max_msg_sz */
+    SOFT_VERR_REMOTE,              /* the responder reported an error */
+    SOFT_VERR_OPCODE,              /* opcode not valid for this QP type */
+    SOFT_VERR_QKEY,                /* UD: qkey mismatch (dropped) */
+};
+
+/* ---- shared memory layouts ---------------------------------------------- */
+
+#define SOFT_CTX_MAGIC 0x54464f5354524254ull /* "TBRTSOFT" */
+#define SOFT_CTX_VERSION 1
+#define SOFT_CTX_SIZE (256ull << 20)         /* sparse: pages appear on use */
+#define SOFT_MR_MAX 4096
+#define SOFT_SOCK_NAME 48
+
+/* A registered region, in the owner's MR table; peers read it to resolve
+ * keys. key == 0 marks a free entry. Written by the owner only. */
+struct soft_mr_entry {
+    _Atomic uint32_t key;
+    int32_t memfd;              /* fd in the owner's table; -1: not shareable */
+    uint32_t access;
+    _Atomic uint32_t epoch;     /* bumped when the memfd behind it changes */
+    uint64_t addr;              /* virtual address in the owner */
+    uint64_t length;
+    uint64_t fd_off;            /* where addr sits inside the memfd */
+    uint64_t fd_len;            /* size of the memfd */
+};
+
+struct soft_ctx_hdr {
+    uint64_t magic;
+    uint32_t version;
+    int32_t pid;
+    uint64_t ctx_id;
+    uint64_t mr_off;            /* offset of the MR table */
+    uint64_t used;              /* bump allocator (owner only) */
+    /* bumped by a peer that changed one of our QPs (moved it to ERR) */
+    _Atomic uint64_t attention;
+};
+
+/* A posted receive. */
+struct soft_rqe {
+    uint64_t wr_id;
+    uint32_t num_sge;
+    uint32_t frames;
+    uint64_t total;
+    struct ibv_sge sge[SOFT_MAX_SGE];
+};
+
+/* The shared half of a queue pair. */
+struct soft_qp_shared {
+    _Atomic uint32_t state;     /* enum ibv_qp_state */
+    _Atomic uint32_t remote_err; /* set by a peer that moved us to ERR */
+    uint32_t qp_type;
+    uint32_t qpn;
+    uint32_t pd;
+    uint32_t qkey;
+    uint32_t min_rnr_timer;     /* responder's RNR NAK timer code */
+    uint32_t rq_cap;            /* slots in rq[] */
+    uint64_t recv_cq_off;       /* recv CQ's shared block in the owner ctx */
+    _Atomic uint64_t rq_prod;   /* owner: next slot to fill */
+    _Atomic uint64_t rq_cons;   /* senders: next slot to take (CAS) */
+    /* credit flow: a sender found no receive; the owner pokes its socket */
+    _Atomic uint32_t credit_wait;
+    char credit_sock[SOFT_SOCK_NAME];
+    struct soft_rqe rq[];
+};
+
+struct soft_cqe {
+    _Atomic uint64_t seq;       /* ticket + 1 once the entry is written */
+    struct ibv_wc wc;
+};
+
+/* The shared half of a completion queue: a multi-producer ring (the owner
+ * for send completions, peers for receive completions), one consumer. */
+struct soft_cq_shared {
+    uint32_t cap;               /* power of two */
+    _Atomic uint32_t armed;
+    _Atomic uint32_t overrun;
+    uint32_t pad;
+    _Atomic uint64_t prod;
+    _Atomic uint64_t cons;
+    char sock[SOFT_SOCK_NAME];  /* abstract socket that wakes the owner */
+    struct soft_cqe ring[];
+};
+
+/* ---- the fabric registry ------------------------------------------------ */
+
+#define SOFT_FABRIC_MAGIC 0x4342414654524254ull /* "TBRTFABC" */
+#define SOFT_FABRIC_VERSION 1
+#define SOFT_SLOTS 1024               /* QPN = gen << 10 | slot */
+#define SOFT_SLOT_BITS 10
+
+struct soft_slot {
+    uint32_t qpn;               /* 0: free */
+    int32_t pid;
+    int32_t ctx_fd;
+    uint32_t qp_type;
+    uint64_t ctx_id;
+    uint64_t qp_off;            /* the QP's shared block in the ctx */
+    uint32_t gen;
+    uint32_t pad;
+};
+
+struct soft_fabric_hdr {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t nslots;
+    uint32_t next_gen;
+    uint32_t pad;
+    struct soft_slot slots[SOFT_SLOTS];
+};
+
+/* ---- process-local objects ---------------------------------------------- */
+
+struct soft_peer;               /* a mapped peer context (soft_fabric.c) */
+/* One GID table entry of a port. */
+struct soft_gid {
+    uint8_t raw[16];
+    int type;                   /* enum ibv_gid_type */
+};
+#define SOFT_GIDS 64
+
+struct soft_backing;            /* a memfd swapped under registered pages */
+
+struct soft_dev {
+    tbrt_dev dev;
+    const struct soft_personality *p;
+    int index;                  /* soft<index> */
+    uint8_t port_state[SOFT_MAX_PORTS]; /* enum ibv_port_state */
+    /* fabric */
+    int fabric_fd;
+    struct soft_fabric_hdr *fabric;
+    /* context segment */
+    int ctx_fd;
+    struct soft_ctx_hdr *ctx;
+    uint64_t attention_seen;
+    int wake_fd;                /* unbound datagram socket for wakeups */
+    /* objects */
+    int nqp;
+    struct soft_qp *qps;        /* list, for progress and flushes */
+    struct soft_cq *cqs;
+    struct soft_peer *peers;
+    struct soft_backing *backings;
+    uint32_t next_handle;
+    uint32_t mr_gen;
+    bool qp_erred;              /* apple quirk: a QP was moved to ERR */
+    struct soft_gid gids[SOFT_MAX_PORTS][SOFT_GIDS];
+    int ngids[SOFT_MAX_PORTS];
+};
+
+struct soft_pd {
+    tbrt_pd pd;
+};
+
+struct soft_cq {
+    tbrt_cq cq;
+    struct soft_cq_shared *sh;
+    uint64_t sh_off;
+    struct soft_cq *next;
+};
+
+/* A send work request waiting for its peer (credit, RNR retry, no ACK). */
+struct soft_swr {
+    struct ibv_send_wr wr;      /* sg_list points at sge[] */
+    struct ibv_sge sge[SOFT_MAX_SGE];
+    uint64_t total;
+    uint32_t frames;
+    bool signaled;
+    int rnr_count;
+    uint64_t first_try_ns;
+    uint64_t next_try_ns;
+    uint8_t inl[256];           /* IBV_SEND_INLINE data, copied at post */
+};
+
+struct soft_qp {
+    tbrt_qp qp;
+    struct soft_qp_shared *sh;
+    uint64_t sh_off;
+    struct soft_dev *sd;
+    struct soft_qp *next;
+    int slot;
+    /* attributes */
+    uint8_t port;
+    uint8_t sgid_index;
+    uint32_t dest_qpn;
+    union ibv_gid dgid;
+    uint32_t sq_psn, rq_psn;
+    uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer;
+    enum ibv_mtu mtu;
+    int access;
+    bool sq_sig_all;
+    /* send queue (private): pending WRs in order */
+    struct soft_swr *sq;
+    uint32_t sq_cap, sq_head, sq_count;
+    uint32_t sq_frames;         /* outstanding (apple depth accounting) */
+    uint32_t rq_frames;         /* outstanding posted receive frames */
+    uint64_t rq_frames_done;    /* frames of receives taken by peers */
+    /* connected peer (RC/UC) */
+    struct soft_peer *peer;
+    struct soft_qp_shared *peer_qp;
+    uint64_t peer_checked_ns;
+};
+
+struct soft_mr {
+    tbrt_mr mr;
+    int index;
+    struct soft_backing *backing;
+};
+
+struct soft_ah {
+    tbrt_ah ah;
+};
+
+
+/* ---- functions across the files ----------------------------------------- */
+
+static inline struct soft_dev *soft_of(tbrt_dev *d) { return (struct soft_dev *)d; }
+
+/* soft_fabric.c */
+int soft_fabric_open(struct soft_dev *sd);
+void soft_fabric_close(struct soft_dev *sd);
+void *soft_ctx_alloc(struct soft_dev *sd, size_t size, uint64_t *off);
+void soft_ctx_release(struct soft_dev *sd, uint64_t off, size_t size);
+int soft_slot_alloc(struct soft_dev *sd, uint64_t qp_off, uint32_t qp_type, uint32_t *qpn);
+void soft_slot_free(struct soft_dev *sd, uint32_t qpn);
+/* Find the QP with this number anywhere on the fabric and map its context. */
+int soft_peer_lookup(struct soft_dev *sd, uint32_t qpn, struct soft_peer **peer,
+                     struct soft_qp_shared **qp);
+bool soft_peer_alive(struct soft_peer *peer);
+/* Pointer to `off` inside the peer context. */
+void *soft_peer_at(struct soft_peer *peer, uint64_t off);
+struct soft_mr_entry *soft_peer_mr_table(struct soft_peer *peer);
+/* Resolve [addr, addr+len) of the peer's MR `key` to a local pointer. */
+int soft_peer_mem(struct soft_peer *peer, uint32_t key, uint64_t addr, uint64_t len,
+                  uint32_t need_access, void **out);
+bool soft_peer_is_self(struct soft_peer *peer);
+void soft_wake(struct soft_dev *sd, const char *sock);
+
+/* soft_mem.c */
+int soft_backing_get(struct soft_dev *sd, void *addr, size_t len, bool want_shared,
+                     struct soft_backing **out, int *memfd, uint64_t *fd_off,
+                     uint64_t *fd_len);
+int soft_backing_put(struct soft_dev *sd, struct soft_backing *b);
+int soft_reg_mr(tbrt_pd *pd, void *addr, size_t len, int access, tbrt_mr **out);
+int soft_dereg_mr(tbrt_mr *mr);
+/* Resolve a local SGE: bounds and key checked; returns the address. */
+int soft_local_mem(struct soft_dev *sd, uint32_t lkey, uint64_t addr, uint64_t len,
+                   uint32_t need_access, void **out);
+
+/* soft_cq.c */
+int soft_create_cq(tbrt_dev *dev, int cqe, tbrt_cq **out);
+int soft_destroy_cq(tbrt_cq *cq);
+int soft_poll_cq(tbrt_cq *cq, int n, struct ibv_wc *wc);
+int soft_req_notify_cq(tbrt_cq *cq);
+int soft_ack_cq_events(tbrt_cq *cq);
+/* Produce a completion into any CQ (local or a peer's); wakes it if armed.
+ * Returns -EOVERFLOW when the ring is full (CQ overrun). */
+int soft_cq_push(struct soft_dev *sd, struct soft_cq_shared *cq, const struct ibv_wc *wc);
+
+/* soft_qp.c */
+int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out);
+int soft_modify_qp(tbrt_qp *qp, struct ibv_qp_attr *attr, int mask);
+int soft_destroy_qp(tbrt_qp *qp);
+/* Move to ERR and flush outstanding work with IBV_WC_WR_FLUSH_ERR. */
+void soft_qp_to_err(struct soft_qp *q);
+/* Flush QPs that a peer moved to ERR. */
+void soft_check_attention(struct soft_dev *sd);
+
+/* soft_post.c */
+int soft_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int soft_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+/* Run pending sends of every QP of the device (the "hardware"). */
+void soft_progress(struct soft_dev *sd);
+uint32_t soft_frames(uint64_t bytes);
+
+/* soft_gid.c */
+void soft_gid_build(struct soft_dev *sd);
+int soft_query_gid(tbrt_dev *dev, uint8_t port, int index, struct ibv_gid_entry *e);
+/* Is this GID one of ours (any port, any index)? */
+bool soft_gid_is_local(struct soft_dev *sd, const uint8_t gid[16]);
+
+#endif

@@ -1,0 +1,370 @@
+/* soft_dev.c - the soft device as a device kind: listing soft0..N, opening
+ * one with its personality and port states, queries, PDs, address handles,
+ * and the table of operations that ties the soft_*.c files together.
+ *
+ * Configuration, most specific first:
+ *   personality  tbrt_dev_opts.personality, $TBRT_SOFT<N>_PERSONALITY,
+ *                $TBRT_SOFT_PERSONALITY, else soft0 apple-uc, soft1 linux-rc
+ *   ports        tbrt_dev_opts.ports, $TBRT_SOFT<N>_PORTS, $TBRT_SOFT_PORTS,
+ *                else the personality's ("down,active" / "active")
+ *   devices      $TBRT_SOFT_DEVICES (2) */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "soft/soft.h"
+#include "util/util.h"
+
+/* ---- personalities -------------------------------------------------------- */
+
+static const struct soft_personality personalities[] = {
+    {
+        /* Apple TN3205 plus what llama.cpp's RDMA transport learned */
+        .name = "apple-uc",
+        .flavor = TBRT_FLAVOR_APPLE,
+        .qp_types = 1u << IBV_QPT_UC,
+        .max_qp = SOFT_APPLE_MAX_QP,
+        .depth_in_frames = true,
+        .max_qp_wr = SOFT_APPLE_MAX_FRAMES,
+        .max_msg = SOFT_APPLE_MAX_MSG,
+        .max_mr = SOFT_APPLE_MAX_MR,
+        .mr_needs_remote_access = true,
+        .recv_needs_rts = true,
+        .frames_must_match = true,
+        .credit_flow = true,
+        .err_breaks_dereg = true,
+        .gid_types = false,
+        .gid_tbl_len = 16,
+        .nports = 2,
+        .ports = "down,active",
+        .mtu = IBV_MTU_4096,
+    },
+    {
+        /* a Linux RoCE NIC (ConnectX-like) */
+        .name = "linux-rc",
+        .flavor = TBRT_FLAVOR_LINUX,
+        .qp_types = (1u << IBV_QPT_RC) | (1u << IBV_QPT_UC) | (1u << IBV_QPT_UD),
+        .max_qp = SOFT_SLOTS - 2,
+        .depth_in_frames = false,
+        .max_qp_wr = 32768,
+        .max_msg = 1ull << 30,
+        .max_mr = 1ull << 46,
+        .gid_types = true,
+        .gid_tbl_len = 256,
+        .nports = 1,
+        .ports = "active",
+        .mtu = IBV_MTU_4096,
+    },
+};
+
+const struct soft_personality *soft_personality_find(const char *name)
+{
+    for (size_t i = 0; i < TBRT_ARRAY_LEN(personalities); i++)
+        if (strcmp(personalities[i].name, name) == 0)
+            return &personalities[i];
+    return NULL;
+}
+
+const char *soft_personality_names(void) { return "apple-uc, linux-rc"; }
+
+static int soft_count(void)
+{
+    long n = env_long("TBRT_SOFT_DEVICES", 2);
+    return n < 1 ? 1 : n > 16 ? 16 : (int)n;
+}
+
+static const char *config(int index, const char *opt, const char *what, const char *dflt)
+{
+    if (opt && *opt)
+        return opt;
+    char name[64];
+    snprintf(name, sizeof name, "TBRT_SOFT%d_%s", index, what);
+    const char *v = getenv(name);
+    if (v && *v)
+        return v;
+    snprintf(name, sizeof name, "TBRT_SOFT_%s", what);
+    v = getenv(name);
+    return v && *v ? v : dflt;
+}
+
+static const char *default_personality(int index)
+{
+    return index == 1 ? "linux-rc" : "apple-uc";
+}
+
+static int parse_ports(const char *spec, int nports, uint8_t *state, char *err, size_t errlen)
+{
+    int n = 0;
+    const char *p = spec;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        int st;
+        if (len == 4 && strncmp(p, "down", 4) == 0)
+            st = IBV_PORT_DOWN;
+        else if (len == 6 && strncmp(p, "active", 6) == 0)
+            st = IBV_PORT_ACTIVE;
+        else if (len == 4 && strncmp(p, "init", 4) == 0)
+            st = IBV_PORT_INIT;
+        else if (len == 5 && strncmp(p, "armed", 5) == 0)
+            st = IBV_PORT_ARMED;
+        else
+            return err_set(err, errlen, EINVAL, "port state '%.*s' in \"%s\" is not one of "
+                           "down, init, armed, active", (int)len, p, spec);
+        if (n >= nports)
+            return err_set(err, errlen, EINVAL, "\"%s\" gives more than the %d port state%s "
+                           "this device has", spec, nports, nports > 1 ? "s" : "");
+        state[n++] = (uint8_t)st;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    if (n != nports)
+        return err_set(err, errlen, EINVAL, "\"%s\" gives %d port state%s, the device has %d",
+                       spec, n, n == 1 ? "" : "s", nports);
+    return 0;
+}
+
+static int soft_index(const char *name)
+{
+    if (strncmp(name, "soft", 4) != 0 || !name[4])
+        return -1;
+    char *end;
+    long i = strtol(name + 4, &end, 10);
+    return *end || i < 0 ? -1 : (int)i;
+}
+
+/* ---- listing and opening ------------------------------------------------ */
+
+static int soft_list(tbrt_devinfo *out, int max)
+{
+    int n = soft_count();
+    const char *shm_why = access("/dev/shm", W_OK) == 0 ? NULL
+                                                        : "/dev/shm is not writable (the fabric "
+                                                          "registry lives there)";
+    for (int i = 0; i < n && i < max; i++) {
+        tbrt_devinfo *d = &out[i];
+        memset(d, 0, sizeof *d);
+        snprintf(d->name, sizeof d->name, "soft%d", i);
+        str_copy(d->kind, sizeof d->kind, "soft");
+        const char *pname = config(i, NULL, "PERSONALITY", default_personality(i));
+        const struct soft_personality *p = soft_personality_find(pname);
+        str_copy(d->personality, sizeof d->personality, pname);
+        d->flavor = p ? p->flavor : 0;
+        d->usable = p && !shm_why;
+        if (!p)
+            snprintf(d->why, sizeof d->why, "personality \"%s\" is not one of %s", pname,
+                     soft_personality_names());
+        else if (shm_why)
+            str_copy(d->why, sizeof d->why, shm_why);
+    }
+    return n;
+}
+
+static void soft_close(tbrt_dev *dev);
+
+static int soft_open(const char *name, const tbrt_dev_opts *opts, tbrt_dev **out, char *err,
+                     size_t errlen)
+{
+    int index = soft_index(name);
+    if (index < 0 || index >= soft_count())
+        return err_set(err, errlen, ENODEV, "%s: no such soft device (soft0..soft%d; "
+                       "TBRT_SOFT_DEVICES sets how many)", name, soft_count() - 1);
+    const char *pname = config(index, opts->personality, "PERSONALITY", default_personality(index));
+    const struct soft_personality *p = soft_personality_find(pname);
+    if (!p)
+        return err_set(err, errlen, EINVAL, "%s: personality \"%s\" is not one of %s", name, pname,
+                       soft_personality_names());
+    struct soft_dev *sd = calloc(1, sizeof *sd);
+    if (!sd)
+        return err_set(err, errlen, ENOMEM, "%s: out of memory", name);
+    dev_init(&sd->dev, &tbrt_soft_ops, name, p->name, p->flavor);
+    sd->p = p;
+    sd->index = index;
+    const char *ports = config(index, opts->ports, "PORTS", p->ports);
+    int rc = parse_ports(ports, p->nports, sd->port_state, err, errlen);
+    if (rc == 0)
+        rc = soft_fabric_open(sd);
+    if (rc) {
+        if (sd->dev.why[0])
+            err_set(err, errlen, -rc, "%s", sd->dev.why);
+        else if (err && strncmp(err, name, strlen(name)) != 0) {
+            char tmp[TBRT_WHY_MAX];
+            str_copy(tmp, sizeof tmp, err);
+            err_set(err, errlen, -rc, "%s: %s", name, tmp);
+        }
+        soft_close(&sd->dev);
+        return rc;
+    }
+    soft_gid_build(sd);
+    *out = &sd->dev;
+    return 0;
+}
+
+static void soft_close(tbrt_dev *dev)
+{
+    struct soft_dev *sd = soft_of(dev);
+    /* whatever the caller left behind, in the order hardware needs */
+    while (sd->qps)
+        soft_destroy_qp(&sd->qps->qp);
+    while (sd->cqs)
+        soft_destroy_cq(&sd->cqs->cq);
+    while (sd->backings)
+        soft_backing_put(sd, sd->backings);
+    soft_fabric_close(sd);
+    free(sd);
+}
+
+/* ---- queries -------------------------------------------------------------- */
+
+static int soft_query_device(tbrt_dev *dev, struct ibv_device_attr *a)
+{
+    struct soft_dev *sd = soft_of(dev);
+    const struct soft_personality *p = sd->p;
+    snprintf(a->fw_ver, sizeof a->fw_ver, "tbrt-soft 0.1 %s", p->name);
+    a->node_guid = htobe64(0x0254420000000000ull | ((uint64_t)sd->index << 8));
+    a->sys_image_guid = a->node_guid;
+    a->max_mr_size = p->max_mr;
+    a->page_size_cap = 4096;
+    a->vendor_id = 0;
+    a->vendor_part_id = p->flavor;
+    a->hw_ver = 1;
+    a->max_qp = p->max_qp;
+    a->max_qp_wr = (int)p->max_qp_wr;
+    a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
+    a->max_sge = SOFT_MAX_SGE;
+    a->max_sge_rd = SOFT_MAX_SGE;
+    a->max_cq = 1024;
+    a->max_cqe = 65536;
+    a->max_mr = SOFT_MR_MAX - 1;
+    a->max_pd = 1024;
+    a->max_qp_rd_atom = 16;
+    a->max_qp_init_rd_atom = 16;
+    a->max_res_rd_atom = 16 * p->max_qp;
+    a->atomic_cap = IBV_ATOMIC_NONE;
+    a->max_ah = 1024;
+    a->max_pkeys = 1;
+    a->local_ca_ack_delay = 16;
+    a->phys_port_cnt = (uint8_t)p->nports;
+    return 0;
+}
+
+static int soft_query_port(tbrt_dev *dev, uint8_t port, struct ibv_port_attr *a)
+{
+    struct soft_dev *sd = soft_of(dev);
+    if (port < 1 || port > sd->p->nports)
+        return dev_fail(dev, EINVAL, "query_port: port %u does not exist (1..%d)", port,
+                        sd->p->nports);
+    a->state = sd->port_state[port - 1];
+    a->max_mtu = sd->p->mtu;
+    a->active_mtu = sd->p->mtu;
+    a->gid_tbl_len = sd->p->gid_tbl_len;
+    a->port_cap_flags = 0;
+    a->max_msg_sz = (uint32_t)TBRT_MIN(sd->p->max_msg, 0xffffffffull);
+    a->pkey_tbl_len = 1;
+    a->lid = 0;
+    a->max_vl_num = 1;
+    a->active_width = 2;        /* 4X */
+    a->active_speed = 32;       /* EDR-like; cosmetic */
+    a->phys_state = a->state == IBV_PORT_ACTIVE ? 5 : 3; /* LinkUp : Disabled */
+    a->link_layer = IBV_LINK_LAYER_ETHERNET;
+    return 0;
+}
+
+/* ---- protection domains and address handles -------------------------------- */
+
+static int soft_alloc_pd(tbrt_dev *dev, tbrt_pd **out)
+{
+    struct soft_pd *pd = calloc(1, sizeof *pd);
+    if (!pd)
+        return dev_fail(dev, ENOMEM, "alloc_pd: out of memory");
+    pd->pd = (tbrt_pd){.dev = dev, .handle = ++soft_of(dev)->next_handle};
+    *out = &pd->pd;
+    return 0;
+}
+
+static int soft_dealloc_pd(tbrt_pd *pd)
+{
+    struct soft_dev *sd = soft_of(pd->dev);
+    for (struct soft_qp *q = sd->qps; q; q = q->next)
+        if (q->qp.pd == pd)
+            return dev_fail(pd->dev, EBUSY, "dealloc_pd: QP 0x%x still uses it", q->qp.qp_num);
+    free(pd);
+    return 0;
+}
+
+static int soft_create_ah(tbrt_pd *pd, struct ibv_ah_attr *attr, tbrt_ah **out)
+{
+    struct soft_dev *sd = soft_of(pd->dev);
+    if (attr->port_num < 1 || attr->port_num > sd->p->nports)
+        return dev_fail(pd->dev, EINVAL, "create_ah: port %u does not exist", attr->port_num);
+    if (!attr->is_global)
+        return dev_fail(pd->dev, EINVAL, "create_ah: RoCE needs a GRH (is_global = 1)");
+    struct ibv_gid_entry e;
+    if (soft_query_gid(pd->dev, attr->port_num, attr->grh.sgid_index, &e) < 0)
+        return dev_fail(pd->dev, EINVAL, "create_ah: sgid_index %u is empty",
+                        attr->grh.sgid_index);
+    struct soft_ah *ah = calloc(1, sizeof *ah);
+    if (!ah)
+        return dev_fail(pd->dev, ENOMEM, "create_ah: out of memory");
+    ah->ah = (tbrt_ah){.dev = pd->dev, .pd = pd, .attr = *attr};
+    *out = &ah->ah;
+    return 0;
+}
+
+static int soft_destroy_ah(tbrt_ah *ah)
+{
+    free(ah);
+    return 0;
+}
+
+static const char *soft_vendor_err(tbrt_dev *dev, uint32_t code)
+{
+    (void)dev;
+    switch (code) {
+    case SOFT_VERR_FRAMES:
+        return "the SEND and its RECV cover different numbers of 4 KiB frames (TN3205: they "
+               "must match; post whole strides)";
+    case SOFT_VERR_RECV_SHORT: return "the receive buffer is smaller than the message";
+    case SOFT_VERR_RNR: return "no receive was posted; RNR retries exhausted";
+    case SOFT_VERR_PEER_GONE:
+        return "no ACK: the peer queue pair is gone or not in RTR/RTS (retries exhausted)";
+    case SOFT_VERR_LKEY: return "bad lkey, or the range is outside its memory region";
+    case SOFT_VERR_RKEY: return "bad rkey, range or access rights at the responder";
+    case SOFT_VERR_NOT_SHARED:
+        return "the receive buffer's memory cannot be shared (not private anonymous memory)";
+    case SOFT_VERR_FLUSH: return "flushed: the queue pair is in ERR";
+    case SOFT_VERR_MSG_SIZE: return "message larger than the path MTU / max_msg_sz";
+    case SOFT_VERR_REMOTE: return "the responder reported an error";
+    default: return "";
+    }
+}
+
+const struct tbrt_dev_ops tbrt_soft_ops = {
+    .kind = "soft",
+    .list = soft_list,
+    .open = soft_open,
+    .close = soft_close,
+    .query_device = soft_query_device,
+    .query_port = soft_query_port,
+    .query_gid = soft_query_gid,
+    .alloc_pd = soft_alloc_pd,
+    .dealloc_pd = soft_dealloc_pd,
+    .create_cq = soft_create_cq,
+    .destroy_cq = soft_destroy_cq,
+    .poll_cq = soft_poll_cq,
+    .req_notify_cq = soft_req_notify_cq,
+    .ack_cq_events = soft_ack_cq_events,
+    .create_qp = soft_create_qp,
+    .modify_qp = soft_modify_qp,
+    .destroy_qp = soft_destroy_qp,
+    .reg_mr = soft_reg_mr,
+    .dereg_mr = soft_dereg_mr,
+    .create_ah = soft_create_ah,
+    .destroy_ah = soft_destroy_ah,
+    .post_send = soft_post_send,
+    .post_recv = soft_post_recv,
+    .vendor_err = soft_vendor_err,
+};
