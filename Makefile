@@ -133,9 +133,10 @@ install: all
 	install -m 755 $(TBRT) $(DESTDIR)$(PREFIX)/bin/tbrt
 	install -m 644 $(LIB_SO) $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(PC) $(DESTDIR)$(PREFIX)/lib/pkgconfig/tbrt.pc
+	# $(PC) was written with the PREFIX of the build; name the install's
+	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(PC) > $(DESTDIR)$(PREFIX)/lib/pkgconfig/tbrt.pc
 	install -m 644 lua/tbrt/*.lua bindings/tbrt/*.lua $(CDEF) $(DESTDIR)$(PREFIX)/share/tbrt/lua/tbrt/
-	cp -r scripts $(DESTDIR)$(PREFIX)/share/tbrt/
+	if [ -d scripts ]; then cp -r scripts $(DESTDIR)$(PREFIX)/share/tbrt/; fi
 
 clean:
 	rm -rf build build-asan
