@@ -27,6 +27,9 @@ HOST_SRC  := $(wildcard bindings/host/*.c)
 HOST_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(HOST_SRC))
 HEADERS   := core/include/tbrt.h $(filter-out core/include/tbrt.h,$(sort $(wildcard core/include/*.h)))
 
+# `make` alone builds all, whatever rules the part fragments below define first.
+.DEFAULT_GOAL := all
+
 # Generated tables (mlx5 layouts etc.) live in $(BUILD)/gen; parts add to
 # GEN_HEADERS in their own makefile fragment (core/<part>/part.mk).
 GEN_HEADERS :=
