@@ -68,6 +68,12 @@ describe("the tbrt program", function()
     assert.equal("joined\nmain chunk done\nlate timer\n", r.stdout)
   end)
 
+  it("refuses a second uv.run from inside the running loop", function()
+    local r = H.run_tbrt({ "-e", "print(pcall(require('luv').run))" })
+    ok_run(r)
+    assert.matches("^false\t.*uv.run: the loop is already running", r.stdout)
+  end)
+
   it("exits with os.exit's code after flushing stdout", function()
     local r = H.run_tbrt({ "-e", "io.write('partial') os.exit(3)" })
     ok_run(r, 3)

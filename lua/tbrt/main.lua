@@ -151,6 +151,18 @@ local function main_body(plan)
   end
 end
 
+-- The program runs the loop; a script written for plain luajit that ends
+-- with uv.run() would run it again from inside a callback, which libuv does
+-- not allow. Make that a clear error instead.
+local raw_run = uv.run
+local function guarded_run(mode)
+  if uv.loop_mode() ~= nil then
+    error("uv.run: the loop is already running (the tbrt program runs it until no handle " ..
+      "is active: return from the script instead, or wait with tbrt.task)", 2)
+  end
+  return raw_run(mode)
+end
+
 -- Close what is still open (unref'd handles, stopped ones) and let the
 -- close callbacks run, so the host can close the state and the loop.
 local function shutdown()
@@ -201,6 +213,7 @@ function M.main(argv)
   -- An error in a raw luv callback is reported like any other uncaught
   -- error, and ends the process.
   debug.getregistry()[CALLBACK_ERROR_HOOK] = function(msg) fail(msg) end
+  uv.run = guarded_run
   local plan, err = M.parse(argv)
   if not plan then
     report(err .. "\n" .. USAGE)
