@@ -92,6 +92,14 @@ describe("tasks", function()
       assert.is_nil(v)
       assert.matches("^ETIMEDOUT: join", e)
       t:cancel()
+      -- so are channel operations with timeout 0
+      local ok3, v3, e3 = from_callback(function() return task.channel(1):recv(0) end)
+      assert.is_true(ok3)
+      assert.is_nil(v3)
+      assert.matches("^ETIMEDOUT: channel recv", e3)
+      local ok4, e4 = from_callback(function() return task.channel(1):recv(1) end)
+      assert.is_false(ok4)
+      assert.matches("not inside a task", e4)
 
       local me
       me = task.spawn(function() return pcall(me.join, me, 1) end)

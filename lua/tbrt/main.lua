@@ -25,6 +25,8 @@ local task = require("tbrt.task")
 
 local M = {}
 
+local THIS_FILE = debug.getinfo(1, "S").short_src
+
 -- Registry key the host's luv callback wrapper looks up (bindings/host/main.c).
 local CALLBACK_ERROR_HOOK = "tbrt.callback_error"
 
@@ -126,7 +128,10 @@ end
 local function main_body(plan)
   local traceback
   local function handler(e)
-    traceback = (debug.traceback("", 2):gsub("^\n", ""))
+    -- the frames from this file down are tbrt's, not the script's
+    local tb = task.traceback(2)
+    local cut = tb:find("\n%s*" .. THIS_FILE:gsub("%p", "%%%0") .. ":")
+    traceback = cut and tb:sub(1, cut - 1) or tb
     return e
   end
   local ok, err = xpcall(function()
@@ -139,10 +144,10 @@ local function main_body(plan)
         f()
       end
     end
-    local chunk = load_script(plan)
-    if chunk then
+    local main_chunk = load_script(plan)
+    if main_chunk then
       local argv, at = plan.argv, plan.script_index
-      chunk(unpack(argv, at + 1, argv.n or #argv))
+      main_chunk(unpack(argv, at + 1, argv.n or #argv))
     end
   end, handler)
   if not ok then

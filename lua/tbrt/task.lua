@@ -193,9 +193,15 @@ end
 -- timeout_msg (a string, or a function making one); nil: no bound. If the
 -- task is canceled, the wait raises "ECANCELED: ...". This is the building
 -- block for new kinds of waits (links use it for their own sources).
+-- Outside a task only timeout 0 is allowed: it returns nil, timeout_msg
+-- at once.
 function M.park(op, timeout, arm, timeout_msg)
-  local t = running(op)
   timeout = check_timeout(op, timeout)
+  local t = M.current()
+  if not t then
+    if timeout == 0 then return nil, timeout_text(timeout_msg) end
+    running(op)
+  end
   if t.cancel_reason then raise_canceled(t) end
   local w = { task = t, op = op, fired = false }
   t.wait = w
@@ -252,9 +258,20 @@ local function finish(t, state, value)
   end
 end
 
+-- The traceback of where a task's error was raised, without the bottom
+-- frames (body() and its xpcall), which are the scheduler's, not the task's.
+local THIS_FILE = debug.getinfo(1, "S").short_src
+local SCHEDULER_FRAMES = "\n%s*%[C%]: in function 'xpcall'\n%s*" ..
+  THIS_FILE:gsub("%p", "%%%0") .. ":%d+: in function <[^\n]*>$"
+
+function M.traceback(level)
+  local tb = debug.traceback("", (level or 1) + 1):gsub("^\n", "")
+  return (tb:gsub(SCHEDULER_FRAMES, ""))
+end
+
 local function body(t, fn, args)
   local function handler(e)
-    t.traceback = (debug.traceback("", 2):gsub("^\n", ""))
+    t.traceback = M.traceback(2)
     return e
   end
   local r = pack(xpcall(fn, handler, unpack(args, 1, args.n)))
@@ -416,8 +433,7 @@ function M.all(list, timeout)
   end
   local bad = failed()
   if not bad and pending() > 0 then
-    local me = M.current()
-    if not me and timeout ~= 0 then
+    if not M.current() and timeout ~= 0 then
       error("task.all: not inside a task (use task.run, or a timeout of 0 to only look)", 2)
     end
     local ok, err = park("task.all", timeout, function(w)
