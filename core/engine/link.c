@@ -514,6 +514,15 @@ double tbrt_link_sleep_max(tbrt_link *l)
     return -1;
 }
 
+int tbrt_link_inflight(tbrt_link *l)
+{
+    if (!l || !l->t || l->state == TBRT_LINK_CLOSED)
+        return 0;
+    if (l->dev)
+        return (int)l->send_count;
+    return l->t->idle(l) ? 0 : 1;
+}
+
 int tbrt_link_writable(tbrt_link *l)
 {
     return l && l->state == TBRT_LINK_READY && l->t->writable(l);
@@ -575,7 +584,7 @@ static bool cond_idle(tbrt_link *l, void *arg)
     return l->t->idle(l) || l->state == TBRT_LINK_BROKEN;
 }
 
-int tbrt_link_close(tbrt_link *l)
+static int link_close(tbrt_link *l, bool drain)
 {
     if (!l)
         return -EINVAL;
@@ -584,7 +593,8 @@ int tbrt_link_close(tbrt_link *l)
     if (l->state == TBRT_LINK_READY && !l->peer_dead) {
         /* let what was sent land before saying goodbye, bounded */
         l->t->flush(l);
-        link_wait(l, cond_idle, NULL, TBRT_MIN(l->opts.timeout, 2.0), "close");
+        if (drain)
+            link_wait(l, cond_idle, NULL, TBRT_MIN(l->opts.timeout, 2.0), "close");
         /* an RDMA link's socket carries only this byte now; a tcp link's
          * EOF (below) says the same */
         if (!l->bye && l->dev)
@@ -603,10 +613,12 @@ int tbrt_link_close(tbrt_link *l)
     return 0;
 }
 
+int tbrt_link_close(tbrt_link *l) { return link_close(l, true); }
+
 void tbrt_link_free(tbrt_link *l)
 {
     if (!l)
         return;
-    tbrt_link_close(l);
+    link_close(l, false);
     free(l);
 }

@@ -310,6 +310,9 @@ int tbrt_link_arm(tbrt_link *l);
  * again (seconds), or -1 for no limit: sends in flight on a software device
  * need the caller's calls to move. */
 double tbrt_link_sleep_max(tbrt_link *l);
+/* Sends still in flight (posted, not completed; bytes not yet written on
+ * the tcp link). An orderly close waits for 0 first. */
+int tbrt_link_inflight(tbrt_link *l);
 /* 1 when a send would accept bytes now, 0 when not. */
 int tbrt_link_writable(tbrt_link *l);
 /* Bytes that recv would return now without waiting. */
@@ -330,7 +333,7 @@ tbrt_cq *tbrt_link_cq(tbrt_link *l);
  * the goodbye byte, then tear down (QP first, then MRs, buffers, CQ, PD,
  * device) and close the bootstrap socket. Safe to call twice. */
 int tbrt_link_close(tbrt_link *l);
-/* Close if needed, then free. */
+/* Close if needed (without waiting for sends in flight), then free. */
 void tbrt_link_free(tbrt_link *l);
 
 /* Test hooks: corrupt the next outgoing frame's header on purpose, to prove

@@ -1,0 +1,21 @@
+-- tbrt/libc.lua - the few POSIX calls the Lua side makes on raw fds (the
+-- bootstrap socket before the core takes it over). These are libc's stable
+-- ABI, not the core's API, so they are declared here rather than generated.
+local ffi = require("ffi")
+
+ffi.cdef [[
+  typedef long ssize_t;
+  ssize_t read(int fd, void *buf, size_t count);
+  ssize_t write(int fd, const void *buf, size_t count);
+  int close(int fd);
+  int dup(int fd);
+  char *strerror(int errnum);
+]]
+
+local C = ffi.C
+local M = { C = C }
+
+-- errno of the last call (LuaJIT keeps it per call)
+function M.errno() return ffi.errno() end
+
+return M

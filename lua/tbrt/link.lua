@@ -1,0 +1,427 @@
+-- tbrt/link.lua - links as Lua objects, in the cosocket shape, over the core.
+--
+--   local l = assert(link.probe(sock, opts))      -- device, QP, rings; l:caps()
+--   assert(l:activate(peer_caps))                 -- RTR/RTS + readiness byte
+--   l:send(data) ; l:flush()                      -- bytes, err
+--   local data, err, partial = l:recv(n)          -- exactly n bytes
+--   l:close()
+--
+-- Every call that waits does it as a task on the loop: it spins on the
+-- core's progress while there is progress (up to opts.spin seconds without
+-- any), then arms the completion queue and parks on its fd (task.poll) or a
+-- short timer, so other tasks, timers and links keep running. Data may be a
+-- Lua string or a cdata pointer with a length (no copy in between).
+-- Errors: nil, "ECODE: link N: ..." (luv style); misuse raises.
+local ffi = require("ffi")
+local core = require("tbrt.ffi")
+local task = require("tbrt.task")
+require("tbrt.libc")
+
+local C = core.C
+local M = {}
+
+ffi.cdef [[
+  struct tbrt_timespec { long tv_sec; long tv_nsec; };
+  int clock_gettime(int clk, struct tbrt_timespec *ts);
+]]
+local ts = ffi.new("struct tbrt_timespec")
+local CLOCK_MONOTONIC = 1
+local function now()
+  ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
+  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
+M.now = now
+
+local EAGAIN = -11
+-- The longest a parked waiter sleeps before looking at the link again: the
+-- bootstrap socket (liveness) is checked by the core on each look.
+local NAP_MAX = 0.1
+
+local Link = {}
+Link.__index = Link
+M.Link = Link
+
+---------------------------------------------------------------------------
+-- Options: declared as data and checked; unknown keys are misuse.
+
+local OPTS = {
+  device = "string", personality = "string", ports = "string", pci = "string",
+  gid_index = "number", port = "number", nbuf = "number", stride = "number",
+  framing = "string", qp_type = "string", timeout = "number", liveness = "number",
+  spin = "number", trace = "boolean", fallback = "boolean", exchange = "function",
+  connect_timeout = "number",
+}
+local FRAMING = { auto = 0, fixed = 1, variable = 2 }
+local QP_TYPE = { RC = 2, UC = 3 }   -- enum ibv_qp_type
+
+local function valid_keys()
+  local k = {}
+  for name in pairs(OPTS) do k[#k + 1] = name end
+  table.sort(k)
+  return table.concat(k, ", ")
+end
+
+function M.check_opts(opts, level)
+  level = (level or 1) + 1
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error("link options must be a table", level) end
+  for k, v in pairs(opts) do
+    local want = OPTS[k]
+    if not want then
+      error(string.format("unknown link option %q (valid: %s)", tostring(k), valid_keys()), level)
+    end
+    if type(v) ~= want then
+      error(string.format("link option %s must be a %s, got %s", k, want, type(v)), level)
+    end
+  end
+  if opts.framing and not FRAMING[opts.framing] then
+    error("link option framing must be auto, fixed or variable, got " .. opts.framing, level)
+  end
+  if opts.qp_type and not QP_TYPE[opts.qp_type] then
+    error("link option qp_type must be RC or UC, got " .. opts.qp_type, level)
+  end
+  return opts
+end
+
+local function c_opts(opts)
+  local o = ffi.new("tbrt_link_opts")
+  C.tbrt_link_opts_init(o)
+  if opts.device then o.device = opts.device end
+  if opts.personality then o.personality = opts.personality end
+  if opts.ports then o.ports = opts.ports end
+  if opts.pci then o.pci = opts.pci end
+  if opts.gid_index then o.gid_index = opts.gid_index end
+  if opts.port then o.port = opts.port end
+  if opts.nbuf then o.nbuf = opts.nbuf end
+  if opts.stride then o.stride = opts.stride end
+  if opts.framing then o.framing = FRAMING[opts.framing] end
+  if opts.qp_type then o.qp_type = QP_TYPE[opts.qp_type] end
+  if opts.timeout then o.timeout = opts.timeout end
+  if opts.liveness then o.liveness = opts.liveness end
+  if opts.spin then o.spin = opts.spin end
+  if opts.trace then o.trace = 1 end
+  return o
+end
+
+---------------------------------------------------------------------------
+-- Probe and activation.
+
+local function errtext(rc, msg) return ffi.string(C.tbrt_errname(rc)) .. ": " .. msg end
+
+-- Probe on a bootstrap socket (tbrt.sock). The link takes the socket over.
+-- Returns the link (state "probed"; l:caps() is this side's caps).
+function M.probe(sock, opts)
+  opts = M.check_opts(opts, 2)
+  if type(sock) ~= "table" or not sock.fileno then error("probe: expected a bootstrap socket", 2) end
+  local fd = sock:fileno()
+  if not fd then return nil, "EBADF: probe: the socket is closed" end
+  local o = c_opts(opts)
+  local out = ffi.new("tbrt_link *[1]")
+  local caps = ffi.new("uint8_t[24]")
+  local err = ffi.new("char[512]")
+  local rc = C.tbrt_link_probe(fd, o, out, caps, err, 512)
+  if rc ~= 0 then return nil, errtext(rc, ffi.string(err)) end
+  sock:release()   -- the fd is the core's now
+  local self = setmetatable({
+    _l = ffi.gc(out[0], C.tbrt_link_free),
+    _caps = ffi.string(caps, 24),
+    opts = opts,
+    timeout = opts.timeout or 30,
+    spin = opts.spin or 50e-6,
+    fds = ffi.new("int[2]"),
+  }, Link)
+  self.id = self:info().id
+  return self
+end
+
+function Link:caps() return self._caps end
+
+function Link:_err(rc)
+  return errtext(rc, ffi.string(C.tbrt_link_why(self._l)))
+end
+
+function Link:_check()
+  if not self._l then error("link is closed", 3) end
+end
+
+-- The fds: [0] completion fd (RDMA) or the socket (tcp); [1] the socket.
+function Link:_fds()
+  local n = C.tbrt_link_fds(self._l, self.fds, 2)
+  return n, self.fds[0], self.fds[1]
+end
+
+function Link:is_tcp() return self:info().kind == "tcp" end
+
+-- Activate with the peer's caps and wait for the peer's readiness byte.
+function Link:activate(peer_caps, timeout)
+  self:_check()
+  if type(peer_caps) ~= "string" then error("activate: peer caps must be a string", 2) end
+  local rc = C.tbrt_link_activate(self._l, peer_caps, #peer_caps)
+  if rc ~= 0 then return nil, self:_err(rc) end
+  timeout = timeout or self.timeout
+  local deadline = now() + timeout
+  local n = self:_fds()
+  local sockfd = n == 2 and self.fds[1] or self.fds[0]
+  while true do
+    rc = C.tbrt_link_ready(self._l)
+    if rc == 0 then break end
+    if rc ~= EAGAIN then return nil, self:_err(rc) end
+    local left = deadline - now()
+    if left <= 0 then
+      return nil, string.format("ETIMEDOUT: link %d: readiness: no byte from the peer within %g s",
+        self.id, timeout)
+    end
+    task.poll(sockfd, "r", left)
+  end
+  self.ready = true
+  return true
+end
+
+---------------------------------------------------------------------------
+-- Waiting: spin while the core makes progress, then park on the fd.
+
+function Link:_wait(ready, deadline, events)
+  local l = self._l
+  while true do
+    local t_end = now() + self.spin
+    repeat
+      if ready() then return true end
+      local n = C.tbrt_link_progress(l)
+      if n < 0 then
+        if ready() then return true end
+        return nil, self:_err(n)
+      end
+      if n > 0 then t_end = now() + self.spin end
+    until now() >= t_end
+    if ready() then return true end
+    local t = now()
+    if deadline and t >= deadline then return nil, "timeout" end
+    local a = C.tbrt_link_arm(l)
+    if a < 0 then return nil, self:_err(a) end
+    if a == 0 then
+      local nap = NAP_MAX
+      local cap = C.tbrt_link_sleep_max(l)
+      if cap >= 0 and cap < nap then nap = cap end
+      if deadline and deadline - t < nap then nap = deadline - t end
+      local nfd, fd0 = self:_fds()
+      if nfd > 0 then task.poll(fd0, events or "r", nap) else task.sleep(nap) end
+    else
+      task.sleep(0)
+    end
+  end
+end
+
+local function as_pointer(data, len, what)
+  if type(data) == "string" then
+    return ffi.cast("const uint8_t *", data), len or #data
+  elseif type(data) == "cdata" then
+    if not len then error(what .. ": a cdata buffer needs a length", 3) end
+    return ffi.cast("const uint8_t *", data), len
+  end
+  error(what .. ": data must be a string or a cdata buffer, got " .. type(data), 3)
+end
+
+-- Send all of data (coalesced into strides; flush at message boundaries).
+-- Returns the byte count, or nil, err (bytes accepted before the error are
+-- on their way).
+function Link:send(data, len, timeout)
+  self:_check()
+  local p, n = as_pointer(data, len, "send")
+  local done = 0
+  local l = self._l
+  local function ready()
+    while done < n do
+      local r = tonumber(C.tbrt_link_send(l, p + done, n - done))
+      if r == EAGAIN then return false end
+      if r < 0 then self._werr = r return true end
+      done = done + r
+    end
+    return true
+  end
+  self._werr = nil
+  if ready() and not self._werr then return n end
+  if not self._werr then
+    timeout = timeout or self.timeout
+    local ok, err = self:_wait(ready, now() + timeout, self:is_tcp() and "w" or "r")
+    if not ok then
+      if err == "timeout" then
+        return nil, string.format("ETIMEDOUT: link %d: send: %d of %d bytes accepted within %g s " ..
+          "(the peer is not reading)", self.id, done, n, timeout), done
+      end
+      return nil, err, done
+    end
+  end
+  if self._werr then return nil, self:_err(self._werr), done end
+  return n
+end
+
+-- Post the partly filled stride (tcp: write the coalesced bytes).
+function Link:flush(timeout)
+  self:_check()
+  local rc = C.tbrt_link_flush(self._l)
+  if rc == 0 then return true end
+  if rc ~= EAGAIN then return nil, self:_err(rc) end
+  local l = self._l
+  local ok, err = self:_wait(function()
+    rc = C.tbrt_link_flush(l)
+    return rc ~= EAGAIN
+  end, now() + (timeout or self.timeout), "w")
+  if not ok then return nil, err == "timeout" and "ETIMEDOUT: flush" or err end
+  if rc ~= 0 then return nil, self:_err(rc) end
+  return true
+end
+
+-- Receive into a cdata buffer: exactly n bytes, or with some = true as soon
+-- as any arrived. Returns the count, or nil, err, count-so-far.
+function Link:recv_into(buf, n, timeout, some)
+  self:_check()
+  local p = ffi.cast("uint8_t *", buf)
+  local got, rerr, eof = 0, nil, false
+  local l = self._l
+  local function ready()
+    while got < n do
+      local r = tonumber(C.tbrt_link_recv(l, p + got, n - got))
+      if r == EAGAIN then return some and got > 0 end
+      if r == 0 then eof = true return true end
+      if r < 0 then rerr = r return true end
+      got = got + r
+    end
+    return true
+  end
+  if not ready() then
+    timeout = timeout or self.timeout
+    local ok, err = self:_wait(ready, now() + timeout, "r")
+    if not ok then
+      if err == "timeout" then
+        return nil, string.format("ETIMEDOUT: link %d: recv: %d of %d bytes arrived within %g s " ..
+          "(peer alive but silent)", self.id, got, n, timeout), got
+      end
+      return nil, err, got
+    end
+  end
+  if rerr then return nil, self:_err(rerr), got end
+  if eof and got < n and not (some and got > 0) then
+    return nil, string.format("EOF: link %d: the peer closed the link after %d of %d bytes",
+      self.id, got, n), got
+  end
+  return got
+end
+
+-- Receive exactly n bytes as a string: data, or nil, err, partial.
+function Link:recv(n, timeout)
+  if type(n) ~= "number" or n < 0 or n % 1 ~= 0 then
+    error("recv: n must be a byte count, got " .. tostring(n), 2)
+  end
+  self._rbuf = (self._rbufn or 0) >= n and self._rbuf or ffi.new("uint8_t[?]", math.max(n, 1))
+  self._rbufn = math.max(self._rbufn or 0, n)
+  local got, err, part = self:recv_into(self._rbuf, n, timeout)
+  if not got then return nil, err, ffi.string(self._rbuf, part or 0) end
+  return ffi.string(self._rbuf, got)
+end
+
+-- Whatever has arrived, at least one byte, at most max.
+function Link:recv_some(max, timeout)
+  self._rbuf = (self._rbufn or 0) >= max and self._rbuf or ffi.new("uint8_t[?]", math.max(max, 1))
+  self._rbufn = math.max(self._rbufn or 0, max)
+  local got, err = self:recv_into(self._rbuf, max, timeout, true)
+  if not got then return nil, err end
+  return ffi.string(self._rbuf, got)
+end
+
+---------------------------------------------------------------------------
+-- Information, timeouts, close.
+
+function Link:settimeouts(timeout, liveness, spin)
+  self:_check()
+  if timeout then self.timeout = timeout end
+  if spin then self.spin = spin end
+  C.tbrt_link_set_timeouts(self._l, timeout or -1, liveness or -1, spin or -1)
+end
+
+function Link:stats()
+  self:_check()
+  local s = ffi.new("tbrt_link_stats")
+  C.tbrt_link_stats_get(self._l, s)
+  return {
+    bytes_sent = tonumber(s.bytes_sent), bytes_recv = tonumber(s.bytes_recv),
+    frames_sent = tonumber(s.frames_sent), frames_recv = tonumber(s.frames_recv),
+    completions = tonumber(s.completions), spins = tonumber(s.spins),
+    sleeps = tonumber(s.sleeps), eagain = tonumber(s.eagain),
+  }
+end
+
+local STATES = { "probed", "activating", "ready", "broken", "closed" }
+local FRAMINGS = { [0] = "auto", "fixed", "variable" }
+local QPT = { [2] = "RC", [3] = "UC", [4] = "UD" }
+
+function Link:info()
+  if not self._l then return { id = self.id, state = "closed" } end
+  local i = ffi.new("tbrt_link_info")
+  C.tbrt_link_info_get(self._l, i)
+  return {
+    id = i.id, state = STATES[i.state] or tostring(i.state), device = ffi.string(i.device),
+    kind = ffi.string(i.kind), personality = ffi.string(i.personality),
+    framing = FRAMINGS[i.framing], qp_type = QPT[i.qp_type], port = i.port,
+    gid_index = i.gid_index, qpn = i.qpn, peer_qpn = i.peer_qpn, nbuf = i.nbuf,
+    stride = i.stride, why_device = ffi.string(i.why_device),
+  }
+end
+
+function Link:why() return self._l and ffi.string(C.tbrt_link_why(self._l)) or "closed" end
+function Link:teardown() return self._l and ffi.string(C.tbrt_link_teardown(self._l)) or self._td end
+
+-- The device objects underneath (cdata), for scripts that look below.
+function Link:verbs()
+  self:_check()
+  return C.tbrt_link_dev(self._l), C.tbrt_link_qp(self._l), C.tbrt_link_cq(self._l)
+end
+
+-- Test hook: corrupt the next frame ("magic", "length", "skip", "repeat").
+function Link:inject(what)
+  local codes = { magic = 1, length = 2, skip = 3, ["repeat"] = 4 }
+  if not codes[what] then error("inject: magic, length, skip or repeat", 2) end
+  return C.tbrt_link_inject(self._l, codes[what]) == 0
+end
+
+-- Orderly close: flush, wait (bounded) for the sends in flight, goodbye,
+-- teardown. Safe to call twice.
+function Link:close(timeout)
+  if not self._l then return true end
+  local l = self._l
+  if self.ready and task.current() then
+    C.tbrt_link_flush(l)
+    self:_wait(function() return C.tbrt_link_inflight(l) == 0 end,
+      now() + math.min(timeout or 2, self.timeout), "w")
+  end
+  local n, fd0, fd1 = self:_fds()
+  if n >= 1 then task.poll_close(fd0) end
+  if n >= 2 then task.poll_close(fd1) end
+  local rc = C.tbrt_link_close(l)
+  local err = rc ~= 0 and self:_err(rc) or nil
+  self._td = ffi.string(C.tbrt_link_teardown(l))
+  self._info = self:info()
+  ffi.gc(l, nil)
+  C.tbrt_link_free(l)
+  self._l = nil
+  if err then return nil, err end
+  return true
+end
+
+local function size(n)
+  local units = { "B", "KiB", "MiB", "GiB", "TiB" }
+  local u = 1
+  while n >= 1024 and u < #units do n = n / 1024; u = u + 1 end
+  return u == 1 and string.format("%dB", n) or string.format("%.1f%s", n, units[u])
+end
+M.size = size
+
+function Link:__tostring()
+  if not self._l then return string.format("<link %d closed>", self.id or 0) end
+  local i, s = self:info(), self:stats()
+  local qstate = ({ probed = "RESET", activating = "RTR", ready = "RTS", broken = "ERR" })[i.state]
+  return string.format("<link %d %s%s %s sent=%s recv=%s>", i.id, i.device,
+    i.personality ~= "" and (" " .. i.personality) or "",
+    i.kind == "tcp" and i.state:upper() or (qstate or i.state), size(s.bytes_sent), size(s.bytes_recv))
+end
+
+return M
