@@ -1,0 +1,653 @@
+/* model_fw.c - the device model's firmware: BAR0 registers (init segment,
+ * UAR doorbells), the model thread, the command queue (entries, mailbox
+ * chains, tokens, signatures, delivery status) and the HCA-level commands
+ * (ENABLE/DISABLE_HCA, ISSI, pages, ACCESS_REG, HCA caps, INIT/TEARDOWN_HCA,
+ * NIC vport). Object commands are in model_objects.c.
+ *
+ * HCA life cycle, as the firmware enforces it (other orders get
+ * BAD_SYS_STATE, syndrome SYND_NOT_ENABLED / SYND_NOT_INIT / SYND_ALREADY):
+ *
+ *   disabled --ENABLE_HCA--> enabled (owes boot pages, ISSI 0)
+ *   enabled: QUERY/SET_ISSI, QUERY_PAGES, MANAGE_PAGES, ACCESS_REG,
+ *            QUERY/SET_HCA_CAP
+ *   enabled --INIT_HCA--> initialized   only when boot and init pages are
+ *            given (else BAD_SYS_STATE, SYND_PAGES_OWED)
+ *   initialized: object commands; SET_HCA_CAP is refused
+ *   initialized --TEARDOWN_HCA--> enabled (torn down; QUERY_PAGES regular
+ *            reports the held pages as negative: take them back)
+ *            refused (RES_BUSY) while objects exist
+ *   enabled --DISABLE_HCA--> disabled   refused (RES_BUSY) while pages are
+ *            held or the HCA is initialized */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "mlx5/cmdif.h"
+#include "mlx5/model_int.h"
+#include "mlx5_cx4_caps.h"
+#include "util/util.h"
+
+enum {
+    MAX_CMD_LEN = 1 << 20,       /* larger streams are refused (delivery length error) */
+    SUPPORTED_ISSI = 0x2,        /* supported_issi_dw0: ISSI 1 only (CX-4 trace) */
+    HOST_ENDIANNESS_REG = 0x7004,/* MLX5_REG_HOST_ENDIANNESS */
+    REG_SIZE = 16,
+    VPORT_STATE_UP = 1,
+    MODEL_MTU = 1500,
+    IDLE_POLL_MS = 100,          /* the thread checks stop this often when idle */
+};
+
+int model_status(struct model_cmd *c, uint32_t status, uint32_t syndrome)
+{
+    if (c->outlen >= 8) {
+        c->out[0] = (uint8_t)status;
+        st_be32(c->out + 4, syndrome);
+    }
+    return 0;
+}
+
+static uint8_t *cap_cur(struct model *m, int type) { return m->caps[type << 1 | 1]; }
+
+static int cmdif_checksums(struct model *m)
+{
+    return m->opts.checksums || IGET(cap_cur(m, 0), cmd_hca_cap, cmdif_checksum) != 0;
+}
+
+/* ---- HCA-level commands ----------------------------------------------------- */
+
+static int need(struct model_cmd *c, int in_struct, int out_struct)
+{
+    if (c->inlen < (uint32_t)in_struct)
+        return model_status(c, MLX5C_CMD_STAT_BAD_INP_LEN_ERR, SYND_INLEN), 0;
+    if (c->outlen < (uint32_t)out_struct)
+        return model_status(c, MLX5C_CMD_STAT_BAD_OUTP_LEN_ERR, SYND_OUTLEN), 0;
+    return 1;
+}
+#define NEED(c, s) need((c), MLX5S_##s##_in, MLX5S_##s##_out)
+
+static void give_pages(struct model *m, struct model_cmd *c)
+{
+    uint32_t n = IGET(c->in, manage_pages_in, input_num_entries);
+    if ((uint64_t)c->inlen < MLX5S_manage_pages_in + 8ull * n) {
+        model_status(c, MLX5C_CMD_STAT_BAD_INP_LEN_ERR, SYND_INLEN);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t pa = ld_be64(c->in + MLX5S_manage_pages_in + 8 * i);
+        if ((pa & 0xfff) || !model_dma(m, pa, 4096)) {
+            model_status(c, MLX5C_CMD_STAT_BAD_PARAM_ERR, SYND_BAD_ADDRESS);
+            return;
+        }
+    }
+    if (m->npages + (int)n > m->cap_pages) {
+        int cap = m->npages + (int)n + 64;
+        uint64_t *p = realloc(m->pages, (size_t)cap * sizeof *p);
+        if (!p) {
+            model_status(c, MLX5C_CMD_STAT_NO_RES_ERR, SYND_NO_RESOURCE);
+            return;
+        }
+        m->pages = p;
+        m->cap_pages = cap;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        m->pages[m->npages++] = ld_be64(c->in + MLX5S_manage_pages_in + 8 * i);
+    /* Pages pay the debts in the order they were asked for. */
+    int left = (int)n;
+    int *debts[] = {&m->boot_owed, &m->init_owed, &m->regular_owed};
+    for (size_t i = 0; i < TBRT_ARRAY_LEN(debts) && left; i++) {
+        int take = TBRT_MIN(left, *debts[i]);
+        *debts[i] -= take;
+        left -= take;
+    }
+}
+
+static void take_pages(struct model *m, struct model_cmd *c)
+{
+    uint32_t want = IGET(c->in, manage_pages_in, input_num_entries);
+    uint32_t room = (c->outlen - MLX5S_manage_pages_out) / 8;
+    /* An initialized HCA needs every page it was given. */
+    uint32_t n = m->initialized ? 0 : TBRT_MIN(TBRT_MIN(want, room), (uint32_t)m->npages);
+    for (uint32_t i = 0; i < n; i++)
+        st_be64(c->out + MLX5S_manage_pages_out + 8 * i, m->pages[--m->npages]);
+    ISET(c->out, manage_pages_out, output_num_entries, n);
+}
+
+/* The general-cap fields SET_HCA_CAP may change (Linux handle_hca_cap sets
+ * these); each must stay within the maximum caps. */
+static const struct {
+    uint32_t off, width;
+    const char *name;
+} settable_caps[] = {
+    {MLX5F_cmd_hca_cap__log_max_qp, "log_max_qp"},
+    {MLX5F_cmd_hca_cap__cmdif_checksum, "cmdif_checksum"},
+    {MLX5F_cmd_hca_cap__log_uar_page_sz, "log_uar_page_sz"},
+    {MLX5F_cmd_hca_cap__pkey_table_size, "pkey_table_size"},
+};
+
+static void set_hca_cap(struct model *m, struct model_cmd *c)
+{
+    int type = c->op_mod >> 1;
+    if ((c->op_mod & 1) || type >= CAP_OPMODS / 2 || !m->caps_valid[c->op_mod | 1]) {
+        model_status(c, MLX5C_CMD_STAT_BAD_PARAM_ERR, SYND_BAD_OPMOD);
+        return;
+    }
+    if (m->initialized) {
+        model_status(c, MLX5C_CMD_STAT_BAD_SYS_STATE_ERR, SYND_ALREADY);
+        return;
+    }
+    const uint8_t *want = c->in + IBYTE(set_hca_cap_in, capability);
+    if (type != 0)
+        return; /* nothing settable in the other cap types of this model */
+    const uint8_t *max = m->caps[0];
+    for (size_t i = 0; i < TBRT_ARRAY_LEN(settable_caps); i++)
+        if (ifc_get(want, settable_caps[i].off, settable_caps[i].width) >
+            ifc_get(max, settable_caps[i].off, settable_caps[i].width)) {
+            model_status(c, MLX5C_CMD_STAT_BAD_PARAM_ERR, SYND_BAD_PARAM + (uint32_t)(i << 8));
+            return;
+        }
+    for (size_t i = 0; i < TBRT_ARRAY_LEN(settable_caps); i++)
+        ifc_set(cap_cur(m, 0), settable_caps[i].off, settable_caps[i].width,
+                ifc_get(want, settable_caps[i].off, settable_caps[i].width));
+}
+
+static int count_objects(struct model *m)
+{
+    struct model_state st = {0};
+    return model_objects_count(m, &st);
+}
+
+static void hca_cmd(struct model *m, struct model_cmd *c)
+{
+    switch (c->opcode) {
+    case MLX5OP_ENABLE_HCA:
+        if (!NEED(c, enable_hca))
+            return;
+        if (m->enabled) {
+            model_status(c, MLX5C_CMD_STAT_BAD_SYS_STATE_ERR, SYND_ALREADY);
+            return;
+        }
+        m->enabled = 1;
+        m->torn_down = 0;
+        m->issi = 0;
+        m->boot_owed = m->opts.boot_pages;
+        m->init_owed = m->opts.init_pages;
+        m->regular_owed = 0;
+        return;
+    case MLX5OP_DISABLE_HCA:
+        if (!NEED(c, disable_hca))
+            return;
+        if (m->initialized || m->npages) {
+            model_status(c, MLX5C_CMD_STAT_RES_BUSY, SYND_IN_USE);
+            return;
+        }
+        m->enabled = 0;
+        return;
+    case MLX5OP_QUERY_ISSI:
+        if (!NEED(c, query_issi))
+            return;
+        ISET(c->out, query_issi_out, current_issi, (uint32_t)m->issi);
+        ISET(c->out, query_issi_out, supported_issi_dw0, SUPPORTED_ISSI);
+        return;
+    case MLX5OP_SET_ISSI: {
+        if (!NEED(c, set_issi))
+            return;
+        uint32_t issi = IGET(c->in, set_issi_in, current_issi);
+        if (issi >= 32 || !(SUPPORTED_ISSI & (1u << issi))) {
+            model_status(c, MLX5C_CMD_STAT_BAD_PARAM_ERR, SYND_BAD_ISSI);
+            return;
+        }
+        m->issi = (int)issi;
+        return;
+    }
+    case MLX5OP_QUERY_PAGES: {
+        if (!NEED(c, query_pages))
+            return;
+        int n;
+        switch (c->op_mod) {
+        case MLX5C_BOOT_PAGES: n = m->boot_owed; break;
+        case MLX5C_INIT_PAGES: n = m->init_owed; break;
+        case MLX5C_POST_INIT_PAGES: n = m->torn_down ? -m->npages : m->regular_owed; break;
+        default: model_status(c, MLX5C_CMD_STAT_BAD_PARAM_ERR, SYND_BAD_OPMOD); return;
+        }
+        ISET(c->out, query_pages_out, num_pages, (uint32_t)n);
+        return;
+    }
+    case MLX5OP_MANAGE_PAGES:
+        if (!NEED(c, manage_pages))
+            return;
+        if (c->op_mod == MLX5C_PAGES_GIVE)
+            give_pages(m, c);
+        else if (c->op_mod == MLX5C_PAGES_TAKE)
+            take_pages(m, c);
+        else if (c->op_mod != MLX5C_PAGES_CANT_GIVE)
+            model_status(c, MLX5C_CMD_STAT_BAD_PARAM_ERR, SYND_BAD_OPMOD);
+        return;
+    case MLX5OP_ACCESS_REG:
+        if (!need(c, MLX5S_access_register_in + REG_SIZE, MLX5S_access_register_out + REG_SIZE))
+            return;
+        if (IGET(c->in, access_register_in, register_id) != HOST_ENDIANNESS_REG) {
+            model_status(c, MLX5C_CMD_STAT_BAD_PARAM_ERR, SYND_UNSUPPORTED);
+            return;
+        }
+        if (c->op_mod == MLX5C_ACCESS_REGISTER_IN_OP_MOD_WRITE)
+            memcpy(m->host_endianness, c->in + MLX5S_access_register_in, REG_SIZE);
+        else if (c->op_mod != MLX5C_ACCESS_REGISTER_IN_OP_MOD_READ) {
+            model_status(c, MLX5C_CMD_STAT_BAD_PARAM_ERR, SYND_BAD_OPMOD);
+            return;
+        }
+        memcpy(c->out + MLX5S_access_register_out, m->host_endianness, REG_SIZE);
+        return;
+    case MLX5OP_QUERY_HCA_CAP:
+        if (!NEED(c, query_hca_cap))
+            return;
+        if (c->op_mod >= CAP_OPMODS || !m->caps_valid[c->op_mod]) {
+            model_status(c, MLX5C_CMD_STAT_BAD_PARAM_ERR, SYND_BAD_OPMOD);
+            return;
+        }
+        memcpy(c->out + IBYTE(query_hca_cap_out, capability), m->caps[c->op_mod], CAP_PAGE);
+        return;
+    case MLX5OP_SET_HCA_CAP:
+        if (NEED(c, set_hca_cap))
+            set_hca_cap(m, c);
+        return;
+    case MLX5OP_INIT_HCA:
+        /* Linux before 6.x sends 16 bytes, newer kernels 32 (cmd-layout.md 7). */
+        if (!need(c, CMD_INLINE, MLX5S_init_hca_out))
+            return;
+        if (m->initialized)
+            model_status(c, MLX5C_CMD_STAT_BAD_SYS_STATE_ERR, SYND_ALREADY);
+        else if (m->issi == 0 || m->boot_owed || m->init_owed)
+            model_status(c, MLX5C_CMD_STAT_BAD_SYS_STATE_ERR,
+                         m->issi == 0 ? SYND_BAD_ISSI : SYND_PAGES_OWED);
+        else {
+            m->initialized = 1;
+            m->torn_down = 0;
+            m->regular_owed = m->opts.regular_pages;
+        }
+        return;
+    case MLX5OP_TEARDOWN_HCA:
+        if (!NEED(c, teardown_hca))
+            return;
+        if (!m->initialized)
+            model_status(c, MLX5C_CMD_STAT_BAD_SYS_STATE_ERR, SYND_NOT_INIT);
+        else if (count_objects(m))
+            model_status(c, MLX5C_CMD_STAT_RES_BUSY, SYND_IN_USE);
+        else {
+            m->initialized = 0;
+            m->torn_down = 1;
+            m->roce_en = 0;
+        }
+        return;
+    case MLX5OP_QUERY_NIC_VPORT_CONTEXT:
+        if (!NEED(c, query_nic_vport_context))
+            return;
+        ISET(c->out, query_nic_vport_context_out, nic_vport_context_roce_en, (uint32_t)m->roce_en);
+        ISET(c->out, query_nic_vport_context_out, nic_vport_context_mtu, MODEL_MTU);
+        ISET(c->out, query_nic_vport_context_out, nic_vport_context_permanent_address_mac_addr_47_32,
+             (uint32_t)m->mac[0] << 8 | m->mac[1]);
+        ISET(c->out, query_nic_vport_context_out, nic_vport_context_permanent_address_mac_addr_31_0,
+             ld_be32(m->mac + 2));
+        return;
+    case MLX5OP_MODIFY_NIC_VPORT_CONTEXT:
+        if (!NEED(c, modify_nic_vport_context))
+            return;
+        if (IGET(c->in, modify_nic_vport_context_in, field_select_roce_en))
+            m->roce_en = (int)IGET(c->in, modify_nic_vport_context_in, nic_vport_context_roce_en);
+        return;
+    case MLX5OP_QUERY_VPORT_STATE:
+        if (!NEED(c, query_vport_state))
+            return;
+        ISET(c->out, query_vport_state_out, state, VPORT_STATE_UP);
+        ISET(c->out, query_vport_state_out, admin_state, VPORT_STATE_UP);
+        return;
+    case MLX5OP_NOP:
+        return;
+    default:
+        if (!model_objects_cmd(m, c))
+            model_status(c, MLX5C_CMD_STAT_BAD_OP_ERR, SYND_UNSUPPORTED);
+    }
+}
+
+static void execute(struct model *m, struct model_cmd *c)
+{
+    m->commands++;
+    if (!m->enabled && c->opcode != MLX5OP_ENABLE_HCA && c->opcode != MLX5OP_NOP &&
+        c->opcode != MLX5OP_QUERY_ISSI) {
+        model_status(c, ifc_opcode_name(c->opcode) ? MLX5C_CMD_STAT_BAD_SYS_STATE_ERR
+                                                  : MLX5C_CMD_STAT_BAD_OP_ERR,
+                     SYND_NOT_ENABLED);
+    } else {
+        hca_cmd(m, c);
+    }
+    if (c->out[0])
+        m->bad_commands++;
+}
+
+static void snapshot(struct model *m);
+
+/* ---- the command queue -------------------------------------------------------- */
+
+/* Walk a mailbox chain of n blocks; 0 or the delivery status. */
+static int walk_chain(struct model *m, uint64_t ptr, uint32_t n, uint8_t token, int check_sig,
+                      uint8_t **blocks)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        if (ptr & MBOX_NEXT_ALIGN_MASK)
+            return MLX5C_CMD_DELIVERY_STAT_IN_PTR_ALIGN_ERR;
+        uint8_t *b = model_dma(m, ptr, MBOX_SIZE);
+        if (!b)
+            return MLX5C_CMD_DELIVERY_STAT_FW_ERR;
+        if (ld_be32(b + MBOX_BLOCK_NUM) != k)
+            return MLX5C_CMD_DELIVERY_STAT_BAD_BLK_NUM_ERR;
+        if (b[MBOX_TOKEN] != token)
+            return MLX5C_CMD_DELIVERY_STAT_TOK_ERR;
+        if (check_sig && (xor8(b + MBOX_CTRL, MBOX_SIZE - MBOX_CTRL) != 0xff ||
+                          xor8(b, MBOX_SIZE) != 0xff))
+            return MLX5C_CMD_DELIVERY_STAT_SIGNAT_ERR;
+        blocks[k] = b;
+        ptr = ld_be64(b + MBOX_NEXT);
+    }
+    return 0;
+}
+
+static uint32_t nblocks(uint32_t len) { return len > CMD_INLINE ? (len - CMD_INLINE + MBOX_DATA_SIZE - 1) / MBOX_DATA_SIZE : 0; }
+
+static int deliver(struct model *m, uint8_t *e)
+{
+    int sums = cmdif_checksums(m);
+    if (e[CMDE_TYPE] != CMD_XPORT_PCI)
+        return MLX5C_CMD_DELIVERY_STAT_CMD_DESCR_ERR;
+    if (sums && xor8(e, CMD_ENTRY_SIZE) != 0xff)
+        return MLX5C_CMD_DELIVERY_STAT_SIGNAT_ERR;
+    uint32_t inlen = ld_be32(e + CMDE_INLEN), outlen = ld_be32(e + CMDE_OUTLEN);
+    uint64_t in_ptr = ld_be64(e + CMDE_IN_PTR), out_ptr = ld_be64(e + CMDE_OUT_PTR);
+    if (inlen < 8 || inlen > MAX_CMD_LEN)
+        return MLX5C_CMD_DELIVERY_STAT_IN_LENGTH_ERR;
+    if (outlen < 8 || outlen > MAX_CMD_LEN)
+        return MLX5C_CMD_DELIVERY_STAT_OUT_LENGTH_ERR;
+    if (inlen > CMD_INLINE && (in_ptr & CMD_PTR_ALIGN_MASK))
+        return MLX5C_CMD_DELIVERY_STAT_IN_PTR_ALIGN_ERR;
+    if (outlen > CMD_INLINE && (out_ptr & CMD_PTR_ALIGN_MASK))
+        return MLX5C_CMD_DELIVERY_STAT_OUT_PTR_ALIGN_ERR;
+    uint32_t nin = nblocks(inlen), nout = nblocks(outlen);
+    uint8_t **inb = calloc(nin + 1, sizeof *inb), **outb = calloc(nout + 1, sizeof *outb);
+    uint8_t *in = calloc(1, inlen), *out = calloc(1, outlen);
+    int ds = 0;
+    if (!inb || !outb || !in || !out)
+        ds = MLX5C_CMD_DELIVERY_STAT_FW_ERR;
+    if (!ds)
+        ds = walk_chain(m, in_ptr, nin, e[CMDE_TOKEN], sums, inb);
+    if (!ds) {
+        ds = walk_chain(m, out_ptr, nout, e[CMDE_TOKEN], 0, outb);
+        if (ds == MLX5C_CMD_DELIVERY_STAT_IN_PTR_ALIGN_ERR)
+            ds = MLX5C_CMD_DELIVERY_STAT_OUT_PTR_ALIGN_ERR;
+    }
+    if (!ds) {
+        memcpy(in, e + CMDE_IN, TBRT_MIN(inlen, (uint32_t)CMD_INLINE));
+        for (uint32_t k = 0; k < nin; k++) {
+            uint32_t off = CMD_INLINE + k * MBOX_DATA_SIZE;
+            memcpy(in + off, inb[k], TBRT_MIN((uint32_t)MBOX_DATA_SIZE, inlen - off));
+        }
+        struct model_cmd c = {in, inlen, out, outlen, (uint16_t)ld_be32(in) >> 0, 0};
+        c.opcode = (uint16_t)(ld_be32(in) >> 16);
+        c.op_mod = (uint16_t)ld_be32(in + 4);
+        execute(m, &c);
+        memcpy(e + CMDE_OUT, out, TBRT_MIN(outlen, (uint32_t)CMD_INLINE));
+        for (uint32_t k = 0; k < nout; k++) {
+            uint32_t off = CMD_INLINE + k * MBOX_DATA_SIZE;
+            memset(outb[k], 0, MBOX_DATA_SIZE);
+            memcpy(outb[k], out + off, TBRT_MIN((uint32_t)MBOX_DATA_SIZE, outlen - off));
+            if (sums) {
+                outb[k][MBOX_CTRL_SIG] = 0;
+                outb[k][MBOX_SIG] = 0;
+                outb[k][MBOX_CTRL_SIG] = (uint8_t)~xor8(outb[k] + MBOX_CTRL, MBOX_CTRL_SIG - MBOX_CTRL);
+                outb[k][MBOX_SIG] = (uint8_t)~xor8(outb[k], MBOX_SIG);
+            }
+        }
+    }
+    free(inb);
+    free(outb);
+    free(in);
+    free(out);
+    return ds;
+}
+
+static void process_slot(struct model *m, int slot)
+{
+    uint64_t q = (uint64_t)m->cmdq_h << 32 | (m->cmdq_l & ~0xfffu);
+    uint8_t *e = model_dma(m, q + ((uint64_t)slot << MODEL_LOG_CMDQ_STRIDE), CMD_ENTRY_SIZE);
+    if (!e) {
+        m->bad_commands++; /* a queue outside DMA memory: nowhere to answer */
+        return;
+    }
+    if (!(__atomic_load_n(&e[CMDE_STATUS_OWN], __ATOMIC_ACQUIRE) & CMD_OWNER_HW))
+        return; /* rung without being handed over: firmware ignores it */
+    int ds = deliver(m, e);
+    if (ds)
+        m->bad_commands++;
+    /* Signature as if ownership stayed set, then hand back (cmd-layout.md 4). */
+    e[CMDE_STATUS_OWN] = (uint8_t)(ds << 1 | CMD_OWNER_HW);
+    e[CMDE_SIG] = 0;
+    e[CMDE_SIG] = (uint8_t)~xor8(e, CMD_ENTRY_SIZE);
+    snapshot(m); /* the state a caller reads after completion includes this command */
+    __atomic_store_n(&e[CMDE_STATUS_OWN], (uint8_t)(ds << 1), __ATOMIC_RELEASE);
+}
+
+/* ---- BAR0 -------------------------------------------------------------------- */
+
+uint32_t model_read32(struct model *m, uint32_t off)
+{
+    uint32_t v = 0;
+    pthread_mutex_lock(&m->lock);
+    switch (off) {
+    case INIT_FW_REV: v = (uint32_t)MODEL_FW_MINOR << 16 | MODEL_FW_MAJOR; break;
+    case INIT_CMDIF_REV_FW_SUB: v = (uint32_t)MODEL_CMDIF_REV << 16 | MODEL_FW_SUB; break;
+    case INIT_CMDQ_ADDR_H: v = m->cmdq_h; break;
+    case INIT_CMDQ_ADDR_L_SZ:
+        v = (m->cmdq_l & ~0xffu) | MODEL_LOG_CMDQ_SIZE << 4 | MODEL_LOG_CMDQ_STRIDE;
+        break;
+    case INIT_INITIALIZING:
+        if (m->init_reads_left > 0) {
+            m->init_reads_left--;
+            v = 1u << INIT_INITIALIZING_BIT;
+        }
+        break;
+    case INIT_HEALTH_COUNTER: v = m->health++; break;
+    default: break;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return v;
+}
+
+static void ring_push(struct model *m, uint32_t off, const void *bytes, int len)
+{
+    pthread_mutex_lock(&m->lock);
+    if (m->ring_head - m->ring_tail < DOORBELL_RING) {
+        struct model_doorbell *d = &m->ring[m->ring_head++ % DOORBELL_RING];
+        d->off = off;
+        d->len = len;
+        memcpy(d->bytes, bytes, (size_t)len);
+    } else {
+        m->ring_dropped++;
+    }
+    pthread_mutex_unlock(&m->lock);
+    model_wake(m);
+}
+
+void model_write32(struct model *m, uint32_t off, uint32_t val)
+{
+    if (off >= MODEL_UAR_BASE * UAR_PAGE && off < MODEL_BAR0_SIZE) {
+        uint8_t b[4];
+        st_be32(b, val);
+        ring_push(m, off, b, 4);
+        return;
+    }
+    pthread_mutex_lock(&m->lock);
+    switch (off) {
+    case INIT_CMDQ_ADDR_H: m->cmdq_h = val; break;
+    case INIT_CMDQ_ADDR_L_SZ: m->cmdq_l = val; break;
+    case INIT_CMD_DBELL: m->dbell_pending |= val; break;
+    default: break;
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (off == INIT_CMD_DBELL)
+        model_wake(m);
+}
+
+void model_write64(struct model *m, uint32_t off, const void *bytes8)
+{
+    if (off >= MODEL_UAR_BASE * UAR_PAGE && off < MODEL_BAR0_SIZE)
+        ring_push(m, off, bytes8, 8);
+}
+
+static void doorbell(struct model *m, const struct model_doorbell *d)
+{
+    uint32_t uar = d->off / UAR_PAGE, reg = d->off % UAR_PAGE;
+    if (!m->uar_used[uar - MODEL_UAR_BASE])
+        return; /* a write to an unallocated UAR page goes nowhere */
+    uint32_t w0 = ld_be32(d->bytes), w1 = d->len == 8 ? ld_be32(d->bytes + 4) : 0;
+    if (reg == UAR_CQ_DOORBELL && d->len == 8)
+        model_data_cq_arm(m, w1 & 0xffffff, w0 >> 28 & 3, w0 & 0xffffff);
+    else if (reg == UAR_EQ_ARM || reg == UAR_EQ_NOARM)
+        model_data_eq_doorbell(m, w0 >> 24, w0 & 0xffffff, reg == UAR_EQ_ARM);
+    else if (reg >= UAR_BF0 && reg < UAR_BF1 + 0x100 && d->len == 8)
+        model_data_sq_doorbell(m, w1 >> 8);
+}
+
+/* ---- the model thread ------------------------------------------------------- */
+
+static void snapshot(struct model *m)
+{
+    struct model_state st = {0};
+    st.enabled = m->enabled;
+    st.initialized = m->initialized;
+    st.issi = m->issi;
+    st.pages_given = m->npages;
+    st.pages_owed = m->boot_owed + m->init_owed + m->regular_owed;
+    model_objects_count(m, &st);
+    st.commands = m->commands;
+    st.bad_commands = m->bad_commands;
+    st.wqes = m->wqes;
+    st.cqes = m->cqes;
+    st.eqes = m->eqes;
+    pthread_mutex_lock(&m->lock);
+    m->snap = st;
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void *model_thread(void *arg)
+{
+    struct model *m = arg;
+    while (!atomic_load(&m->stop)) {
+        struct pollfd fds[2] = {{.fd = m->wake_fd, .events = POLLIN}, {.fd = -1}};
+        int nfds = 1, sfd = model_data_fd(m);
+        if (sfd >= 0) {
+            fds[1] = (struct pollfd){.fd = sfd, .events = POLLIN};
+            nfds = 2;
+        }
+        poll(fds, (nfds_t)nfds, model_data_busy(m) ? 1 : IDLE_POLL_MS);
+        uint64_t n;
+        if (fds[0].revents & POLLIN)
+            if (read(m->wake_fd, &n, sizeof n) < 0) {
+                /* nothing to drain */
+            }
+        pthread_mutex_lock(&m->lock);
+        uint32_t slots = m->dbell_pending;
+        m->dbell_pending = 0;
+        pthread_mutex_unlock(&m->lock);
+        for (int s = 0; s < 32; s++)
+            if (slots & (1u << s))
+                process_slot(m, s);
+        for (;;) {
+            struct model_doorbell d;
+            pthread_mutex_lock(&m->lock);
+            int have = m->ring_tail != m->ring_head;
+            if (have)
+                d = m->ring[m->ring_tail++ % DOORBELL_RING];
+            pthread_mutex_unlock(&m->lock);
+            if (!have)
+                break;
+            doorbell(m, &d);
+        }
+        model_data_poll(m);
+        snapshot(m);
+    }
+    return NULL;
+}
+
+void model_state_get(struct model *m, struct model_state *st)
+{
+    pthread_mutex_lock(&m->lock);
+    *st = m->snap;
+    pthread_mutex_unlock(&m->lock);
+}
+
+struct model *model_create(const struct model_opts *opts, char *err, size_t errlen)
+{
+    static atomic_uint instances;
+    struct model *m = calloc(1, sizeof *m);
+    if (!m) {
+        err_set(err, errlen, ENOMEM, "mlx5 model: out of memory");
+        return NULL;
+    }
+    if (opts)
+        m->opts = *opts;
+    if (!m->opts.boot_pages)
+        m->opts.boot_pages = MODEL_BOOT_PAGES;
+    if (!m->opts.init_pages)
+        m->opts.init_pages = MODEL_INIT_PAGES;
+    if (!m->opts.regular_pages)
+        m->opts.regular_pages = MODEL_REGULAR_PAGES;
+    m->init_reads_left = m->opts.init_reads ? m->opts.init_reads : MODEL_INIT_READS;
+    pthread_mutex_init(&m->lock, NULL);
+    for (int i = 0; i < MODEL_IRQ_VECTORS; i++)
+        m->irq_fd[i] = -1;
+    pci_model_init(m);
+    unsigned inst = atomic_fetch_add(&instances, 1);
+    snprintf(m->pci.addr, sizeof m->pci.addr, "model%u", inst);
+    /* A locally administered MAC: 02:6d:6c ("ml") + pid + instance. */
+    uint32_t tag = (uint32_t)getpid() << 8 ^ inst;
+    uint8_t mac[6] = {0x02, 0x6d, 0x6c, (uint8_t)(tag >> 16), (uint8_t)(tag >> 8), (uint8_t)tag};
+    memcpy(m->mac, mac, sizeof mac);
+    for (size_t i = 0; i < TBRT_ARRAY_LEN(cx4_cap_pages); i++) {
+        memcpy(m->caps[cx4_cap_pages[i].op_mod], cx4_cap_pages[i].bytes, CAP_PAGE);
+        m->caps_valid[cx4_cap_pages[i].op_mod] = 1;
+    }
+    m->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    int ok = m->wake_fd >= 0;
+    for (int i = 0; ok && i < MODEL_IRQ_VECTORS; i++)
+        ok = (m->irq_fd[i] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) >= 0;
+    if (!ok || pthread_create(&m->thread, NULL, model_thread, m) != 0) {
+        err_set(err, errlen, EAGAIN, "mlx5 model: cannot start (%s)", strerror(errno));
+        model_destroy(m);
+        return NULL;
+    }
+    m->thread_started = 1;
+    return m;
+}
+
+void model_destroy(struct model *m)
+{
+    if (!m)
+        return;
+    if (m->thread_started) {
+        atomic_store(&m->stop, 1);
+        model_wake(m);
+        pthread_join(m->thread, NULL);
+    }
+    model_objects_reset(m);
+    model_soft_close(m);
+    for (int i = 0; i < MODEL_IRQ_VECTORS; i++)
+        if (m->irq_fd[i] >= 0)
+            close(m->irq_fd[i]);
+    if (m->wake_fd > 0)
+        close(m->wake_fd);
+    pthread_mutex_destroy(&m->lock);
+    free(m->regions);
+    free(m->pages);
+    free(m);
+}
