@@ -120,7 +120,7 @@ end
 
 -- Index the type definitions by name: "struct ibv_wc", "enum ibv_qp_type",
 -- and typedef names.
-local defs, order = {}, {}
+local defs, order, anon = {}, {}, {}
 for idx, d in ipairs(decls) do
   if not d.func then
     local t = d.text:gsub("__extension__", ""):gsub("^%s+", "")
@@ -130,6 +130,13 @@ for idx, d in ipairs(decls) do
     if kind then
       local key = kind .. " " .. name
       if not defs[key] then defs[key] = t; order[key] = idx end
+    elseif t:match("^enum%s*{") then
+      -- an anonymous enum: found through its enumerators
+      local key = "anon enum " .. idx
+      defs[key] = t
+      order[key] = idx
+      for name in t:match("{(.*)}"):gmatch("([%a_][%w_]*)%s*[=,}]") do anon[name] = key end
+      for name in t:match("{(.*)}"):gmatch("([%a_][%w_]*)%s*$") do anon[name] = key end
     elseif t:match("^typedef") and not t:find("%(") then
       local tname = t:match("([%w_]+)%s*;%s*$")
       if tname and not defs[tname] then defs[tname] = t; order[tname] = idx end
@@ -174,9 +181,21 @@ local function scan(src)
       want[name] = true
       scan(defs[name])
     end
+    local a = anon[name]
+    if a and not want[a] then
+      want[a] = true
+      scan(defs[a])
+    end
   end
 end
 scan(body)
+-- The verbs enums scripts name constants of (ffi.C.IBV_QPT_UC ...), even
+-- where the tbrt declarations carry them as plain ints.
+for _, e in ipairs { "ibv_qp_type", "ibv_qp_state", "ibv_qp_attr_mask", "ibv_wc_status",
+  "ibv_wc_opcode", "ibv_wc_flags", "ibv_wr_opcode", "ibv_send_flags", "ibv_access_flags",
+  "ibv_port_state", "ibv_mtu", "ibv_gid_type" } do
+  scan("enum " .. e)
+end
 
 local keys = {}
 for k in pairs(want) do keys[#keys + 1] = k end

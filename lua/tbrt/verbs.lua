@@ -1,0 +1,383 @@
+-- tbrt/verbs.lua - the verbs tier from Lua: open a device and drive it by
+-- hand (PDs, CQs, QPs, MRs, posts, polls), for scripts that provoke a
+-- platform rule on purpose and for the REPL.
+--
+--   local verbs = require("tbrt.verbs")
+--   local dev = assert(verbs.open("soft0", { personality = "apple-uc" }))
+--   local pd, cq = dev:pd(), dev:cq(64)
+--   local qp = assert(pd:qp{ type = "UC", send_cq = cq, recv_cq = cq, send_wr = 512, recv_wr = 512 })
+--   qp:modify{ state = "INIT", port = 2, access = verbs.ACCESS_ALL }
+--   local wcs = cq:poll(16)        -- { {wr_id=, status="IBV_WC_SUCCESS", ...}, ... }
+--
+-- Calls that fail return nil, "ECODE: soft0 (apple-uc): <op>: <cause>";
+-- misuse (wrong argument types, unknown keys) raises.
+local ffi = require("ffi")
+local core = require("tbrt.ffi")
+
+local C = core.C
+local M = {}
+
+local function fail(dev, rc)
+  return nil, ffi.string(C.tbrt_errname(rc)) .. ": " .. ffi.string(C.tbrt_dev_why(dev))
+end
+
+local function check_keys(t, allowed, what)
+  if type(t) ~= "table" then error(what .. ": expected a table", 3) end
+  for k in pairs(t) do
+    if not allowed[k] then
+      local names = {}
+      for n in pairs(allowed) do names[#names + 1] = n end
+      table.sort(names)
+      error(string.format("%s: unknown key %q (valid: %s)", what, tostring(k),
+        table.concat(names, ", ")), 3)
+    end
+  end
+end
+
+M.QPT = { RC = C.IBV_QPT_RC, UC = C.IBV_QPT_UC, UD = C.IBV_QPT_UD }
+M.STATE = { RESET = C.IBV_QPS_RESET, INIT = C.IBV_QPS_INIT, RTR = C.IBV_QPS_RTR,
+  RTS = C.IBV_QPS_RTS, ERR = C.IBV_QPS_ERR }
+M.ACCESS_ALL = bit.bor(C.IBV_ACCESS_LOCAL_WRITE, C.IBV_ACCESS_REMOTE_READ, C.IBV_ACCESS_REMOTE_WRITE)
+M.LOCAL_WRITE = C.IBV_ACCESS_LOCAL_WRITE
+M.OPCODE = { SEND = C.IBV_WR_SEND, SEND_WITH_IMM = C.IBV_WR_SEND_WITH_IMM,
+  RDMA_WRITE = C.IBV_WR_RDMA_WRITE, RDMA_WRITE_WITH_IMM = C.IBV_WR_RDMA_WRITE_WITH_IMM,
+  RDMA_READ = C.IBV_WR_RDMA_READ }
+
+local WC_STATUS, WC_OPCODE, PORT_STATE = {}, {}, {}
+for _, n in ipairs { "SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
+  "WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR",
+  "REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR",
+  "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR", "INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR",
+  "RESP_TIMEOUT_ERR", "GENERAL_ERR" } do
+  WC_STATUS[tonumber(C["IBV_WC_" .. n])] = "IBV_WC_" .. n
+end
+for _, n in ipairs { "SEND", "RDMA_WRITE", "RDMA_READ", "RECV", "RECV_RDMA_WITH_IMM" } do
+  WC_OPCODE[tonumber(C["IBV_WC_" .. n])] = n
+end
+for _, n in ipairs { "NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER" } do
+  PORT_STATE[tonumber(C["IBV_PORT_" .. n])] = n
+end
+M.WC_STATUS, M.PORT_STATE = WC_STATUS, PORT_STATE
+
+---------------------------------------------------------------------------
+local Dev, PD, CQ, QP, MR = {}, {}, {}, {}, {}
+Dev.__index, PD.__index, CQ.__index, QP.__index, MR.__index = Dev, PD, CQ, QP, MR
+M.Dev = Dev
+
+function M.open(name, opts)
+  opts = opts or {}
+  check_keys(opts, { personality = true, ports = true, pci = true, trace = true }, "verbs.open")
+  local o = ffi.new("tbrt_dev_opts")
+  o.personality, o.ports, o.pci = opts.personality, opts.ports, opts.pci
+  o.trace = opts.trace and 1 or 0
+  local out = ffi.new("tbrt_dev *[1]")
+  local err = ffi.new("char[512]")
+  local rc = C.tbrt_dev_open(name or "soft", o, out, err, 512)
+  if rc ~= 0 then return nil, ffi.string(C.tbrt_errname(rc)) .. ": " .. ffi.string(err) end
+  return setmetatable({ d = out[0], name = ffi.string(C.tbrt_dev_name(out[0])),
+    personality = ffi.string(C.tbrt_dev_personality(out[0])), _keep = opts }, Dev)
+end
+
+function Dev:__tostring()
+  local s = string.format("<device %s%s", self.name,
+    self.personality ~= "" and (" " .. self.personality) or "")
+  if self.d then
+    local a = self:query()
+    for p = 1, a and a.phys_port_cnt or 0 do
+      local pa = self:port(p)
+      s = s .. string.format(" port%d=%s", p, pa and pa.state or "?")
+    end
+  end
+  return s .. ">"
+end
+
+function Dev:close()
+  if self.d then C.tbrt_dev_close(self.d) self.d = nil end
+end
+
+function Dev:why() return ffi.string(C.tbrt_dev_why(self.d)) end
+
+function Dev:query()
+  local a = ffi.new("struct ibv_device_attr")
+  local rc = C.tbrt_dev_query(self.d, a)
+  if rc ~= 0 then return fail(self.d, rc) end
+  return { fw_ver = ffi.string(a.fw_ver), max_qp = a.max_qp, max_qp_wr = a.max_qp_wr,
+    max_sge = a.max_sge, max_cqe = a.max_cqe, max_mr_size = tonumber(a.max_mr_size),
+    phys_port_cnt = a.phys_port_cnt, raw = a }
+end
+
+function Dev:port(n)
+  local a = ffi.new("struct ibv_port_attr")
+  local rc = C.tbrt_port_query(self.d, n, a)
+  if rc ~= 0 then return fail(self.d, rc) end
+  return { state = PORT_STATE[tonumber(a.state)], active_mtu = 128 * 2 ^ tonumber(a.active_mtu),
+    gid_tbl_len = a.gid_tbl_len, max_msg_sz = a.max_msg_sz, lid = a.lid, raw = a }
+end
+
+local GID_TYPE = { [0] = "IB", "RoCEv1", "RoCEv2" }
+
+-- The non-empty GIDs of a port: { {index, gid (16-byte string), text, type} }.
+function Dev:gids(port)
+  local pa = self:port(port)
+  if not pa then return nil, select(2, self:port(port)) end
+  local e = ffi.new("struct ibv_gid_entry")
+  local out = {}
+  for i = 0, pa.gid_tbl_len - 1 do
+    local rc = C.tbrt_gid_query(self.d, port, i, e)
+    if rc >= 0 then
+      local raw = ffi.string(e.gid.raw, 16)
+      local typ                 -- nil: the provider has no GID types
+      if rc == 0 then typ = GID_TYPE[tonumber(e.gid_type)] end
+      out[#out + 1] = { index = i, gid = raw, text = M.gid_text(raw), type = typ }
+    end
+  end
+  return out
+end
+
+function M.gid_text(raw)
+  if raw:sub(1, 12) == string.rep("\0", 10) .. "\255\255" then
+    return "::ffff:" .. table.concat({ raw:byte(13, 16) }, ".")
+  end
+  local parts = {}
+  for i = 1, 16, 2 do parts[#parts + 1] = string.format("%x", raw:byte(i) * 256 + raw:byte(i + 1)) end
+  return table.concat(parts, ":")
+end
+
+function Dev:pd()
+  local out = ffi.new("tbrt_pd *[1]")
+  local rc = C.tbrt_pd_alloc(self.d, out)
+  if rc ~= 0 then return fail(self.d, rc) end
+  return setmetatable({ p = out[0], dev = self }, PD)
+end
+
+function Dev:cq(n)
+  local out = ffi.new("tbrt_cq *[1]")
+  local rc = C.tbrt_cq_create(self.d, n or 64, out)
+  if rc ~= 0 then return fail(self.d, rc) end
+  return setmetatable({ c = out[0], dev = self, wc = ffi.new("struct ibv_wc[64]") }, CQ)
+end
+
+function PD:free()
+  local rc = C.tbrt_pd_free(self.p)
+  if rc ~= 0 then return fail(self.dev.d, rc) end
+  return true
+end
+
+-- Register memory: a cdata buffer and its length (keep the buffer alive).
+function PD:reg(buf, len, access)
+  local out = ffi.new("tbrt_mr *[1]")
+  local rc = C.tbrt_mr_reg(self.p, buf, len, access or M.ACCESS_ALL, out)
+  if rc ~= 0 then return fail(self.dev.d, rc) end
+  return setmetatable({ m = out[0], buf = buf, len = len, dev = self.dev,
+    lkey = out[0].lkey, rkey = out[0].rkey, addr = ffi.cast("uintptr_t", buf) }, MR)
+end
+
+function MR:dereg()
+  local rc = C.tbrt_mr_dereg(self.m)
+  if rc ~= 0 then return fail(self.dev.d, rc) end
+  return true
+end
+
+local QP_KEYS = { type = true, send_cq = true, recv_cq = true, send_wr = true, recv_wr = true,
+  send_sge = true, recv_sge = true, inline = true, sig_all = true }
+
+function PD:qp(t)
+  check_keys(t, QP_KEYS, "pd:qp")
+  local init = ffi.new("tbrt_qp_init")
+  init.qp_type = M.QPT[t.type or "RC"] or error("pd:qp: type must be RC, UC or UD", 2)
+  init.send_cq = t.send_cq.c
+  init.recv_cq = (t.recv_cq or t.send_cq).c
+  init.cap.max_send_wr = t.send_wr or 16
+  init.cap.max_recv_wr = t.recv_wr or 16
+  init.cap.max_send_sge = t.send_sge or 1
+  init.cap.max_recv_sge = t.recv_sge or 1
+  init.cap.max_inline_data = t.inline or 0
+  init.sq_sig_all = t.sig_all and 1 or 0
+  local out = ffi.new("tbrt_qp *[1]")
+  local rc = C.tbrt_qp_create(self.p, init, out)
+  if rc ~= 0 then return fail(self.dev.d, rc) end
+  return setmetatable({ q = out[0], dev = self.dev, num = out[0].qp_num }, QP)
+end
+
+function QP:state()
+  for name, v in pairs(M.STATE) do if v == self.q.state then return name end end
+end
+
+local MODIFY_KEYS = { state = true, port = true, access = true, pkey_index = true, qkey = true,
+  mtu = true, dest_qpn = true, rq_psn = true, sq_psn = true, dgid = true, sgid_index = true,
+  min_rnr_timer = true, timeout = true, retry_cnt = true, rnr_retry = true, max_rd_atomic = true,
+  max_dest_rd_atomic = true, mask = true, ah_port = true }
+local MTU = { [256] = 1, [512] = 2, [1024] = 3, [2048] = 4, [4096] = 5 }
+
+-- Modify with named attributes; the mask is built from the keys given
+-- (plus `mask` for extra IBV_QP_* bits), so missing attributes stay missing.
+function QP:modify(t)
+  check_keys(t, MODIFY_KEYS, "qp:modify")
+  local a = ffi.new("struct ibv_qp_attr")
+  local mask = t.mask or 0
+  local function set(bitname) mask = bit.bor(mask, C[bitname]) end
+  if t.state then a.qp_state = M.STATE[t.state] or error("qp:modify: bad state " .. t.state, 2); set("IBV_QP_STATE") end
+  if t.port then a.port_num = t.port; set("IBV_QP_PORT") end
+  if t.pkey_index then a.pkey_index = t.pkey_index; set("IBV_QP_PKEY_INDEX") end
+  if t.access then a.qp_access_flags = t.access; set("IBV_QP_ACCESS_FLAGS") end
+  if t.qkey then a.qkey = t.qkey; set("IBV_QP_QKEY") end
+  if t.mtu then a.path_mtu = MTU[t.mtu] or error("qp:modify: mtu 256..4096", 2); set("IBV_QP_PATH_MTU") end
+  if t.dest_qpn then a.dest_qp_num = t.dest_qpn; set("IBV_QP_DEST_QPN") end
+  if t.rq_psn then a.rq_psn = t.rq_psn; set("IBV_QP_RQ_PSN") end
+  if t.sq_psn then a.sq_psn = t.sq_psn; set("IBV_QP_SQ_PSN") end
+  if t.dgid then
+    a.ah_attr.is_global = 1
+    ffi.copy(a.ah_attr.grh.dgid.raw, t.dgid, 16)
+    a.ah_attr.grh.sgid_index = t.sgid_index or 0
+    a.ah_attr.grh.hop_limit = 64
+    a.ah_attr.port_num = t.ah_port or 0
+    set("IBV_QP_AV")
+  end
+  if t.min_rnr_timer then a.min_rnr_timer = t.min_rnr_timer; set("IBV_QP_MIN_RNR_TIMER") end
+  if t.timeout then a.timeout = t.timeout; set("IBV_QP_TIMEOUT") end
+  if t.retry_cnt then a.retry_cnt = t.retry_cnt; set("IBV_QP_RETRY_CNT") end
+  if t.rnr_retry then a.rnr_retry = t.rnr_retry; set("IBV_QP_RNR_RETRY") end
+  if t.max_rd_atomic then a.max_rd_atomic = t.max_rd_atomic; set("IBV_QP_MAX_QP_RD_ATOMIC") end
+  if t.max_dest_rd_atomic then a.max_dest_rd_atomic = t.max_dest_rd_atomic; set("IBV_QP_MAX_DEST_RD_ATOMIC") end
+  local rc = C.tbrt_qp_modify(self.q, a, mask)
+  if rc ~= 0 then return fail(self.dev.d, rc) end
+  return true
+end
+
+-- Bring a pair of QPs (of this process) to RTS facing each other.
+function M.connect(a, b, o)
+  o = o or {}
+  local port = o.port or 1
+  local access = o.access or M.ACCESS_ALL
+  for _, q in ipairs { a, b } do
+    local ok, err = q:modify{ state = "INIT", port = port, pkey_index = 0, access = access }
+    if not ok then return nil, err end
+  end
+  local rc_extra = function(q, peer)
+    local t = { state = "RTR", mtu = o.mtu or 1024, dest_qpn = peer.num, rq_psn = 0,
+      dgid = o.dgid, sgid_index = o.sgid_index or 0, ah_port = port }
+    if q.q.qp_type == M.QPT.RC then
+      t.min_rnr_timer = o.min_rnr_timer or 1
+      t.max_dest_rd_atomic = 1
+    end
+    return t
+  end
+  for _, pair in ipairs { { a, b }, { b, a } } do
+    local ok, err = pair[1]:modify(rc_extra(pair[1], pair[2]))
+    if not ok then return nil, err end
+    local r = { state = "RTS", sq_psn = 0 }
+    if pair[1].q.qp_type == M.QPT.RC then
+      r.timeout = o.timeout or 14
+      r.retry_cnt = o.retry_cnt or 7
+      r.rnr_retry = o.rnr_retry or 7
+      r.max_rd_atomic = 1
+    end
+    ok, err = pair[1]:modify(r)
+    if not ok then return nil, err end
+  end
+  return true
+end
+
+local SEND_KEYS = { mr = true, offset = true, len = true, wr_id = true, opcode = true,
+  signaled = true, inline = true, imm = true, rkey = true, raddr = true, ah = true,
+  remote_qpn = true, remote_qkey = true, sge = true }
+
+-- Post one send: the bytes [offset, offset+len) of mr.
+function QP:post_send(t)
+  check_keys(t, SEND_KEYS, "qp:post_send")
+  local sge = ffi.new("struct ibv_sge")
+  local wr = ffi.new("struct ibv_send_wr")
+  if t.mr then
+    sge.addr = t.mr.addr + (t.offset or 0)
+    sge.length = t.len or t.mr.len
+    sge.lkey = t.mr.lkey
+    wr.sg_list = sge
+    wr.num_sge = 1
+  end
+  wr.wr_id = t.wr_id or 0
+  wr.opcode = M.OPCODE[t.opcode or "SEND"] or error("qp:post_send: bad opcode", 2)
+  wr.send_flags = bit.bor(t.signaled == false and 0 or C.IBV_SEND_SIGNALED,
+    t.inline and C.IBV_SEND_INLINE or 0)
+  if t.imm then wr.imm_data = t.imm end
+  if t.rkey then wr.wr.rdma.rkey = t.rkey; wr.wr.rdma.remote_addr = t.raddr end
+  if t.ah then
+    wr.wr.ud.ah = C.tbrt_ah_handle(t.ah)
+    wr.wr.ud.remote_qpn = t.remote_qpn
+    wr.wr.ud.remote_qkey = t.remote_qkey or 0
+  end
+  local rc = C.tbrt_post_send(self.q, wr, nil)
+  if rc ~= 0 then return fail(self.dev.d, rc) end
+  return true
+end
+
+function QP:post_recv(t)
+  check_keys(t, { mr = true, offset = true, len = true, wr_id = true }, "qp:post_recv")
+  local sge = ffi.new("struct ibv_sge")
+  local wr = ffi.new("struct ibv_recv_wr")
+  sge.addr = t.mr.addr + (t.offset or 0)
+  sge.length = t.len or t.mr.len
+  sge.lkey = t.mr.lkey
+  wr.sg_list = sge
+  wr.num_sge = 1
+  wr.wr_id = t.wr_id or 0
+  local rc = C.tbrt_post_recv(self.q, wr, nil)
+  if rc ~= 0 then return fail(self.dev.d, rc) end
+  return true
+end
+
+function QP:destroy()
+  local rc = C.tbrt_qp_destroy(self.q)
+  if rc ~= 0 then return fail(self.dev.d, rc) end
+  self.q = nil
+  return true
+end
+
+-- Poll up to n completions: a list of tables with status names and the
+-- device's text for an error's vendor_err.
+function CQ:poll(n)
+  n = math.min(n or 16, 64)
+  local got = C.tbrt_cq_poll(self.c, n, self.wc)
+  if got < 0 then return fail(self.dev.d, got) end
+  local out = {}
+  for i = 0, got - 1 do
+    local w = self.wc[i]
+    out[#out + 1] = { wr_id = tonumber(w.wr_id), status = WC_STATUS[tonumber(w.status)] or tonumber(w.status),
+      opcode = WC_OPCODE[tonumber(w.opcode)], byte_len = w.byte_len, qp_num = w.qp_num,
+      src_qp = w.src_qp, imm = bit.band(w.wc_flags, C.IBV_WC_WITH_IMM) ~= 0 and w.imm_data or nil,
+      vendor_err = w.vendor_err,
+      why = w.status ~= 0 and ffi.string(C.tbrt_dev_vendor_err(self.dev.d, w.vendor_err)) or nil }
+  end
+  return out
+end
+
+-- Poll until n completions arrived or timeout seconds passed (busy).
+function CQ:wait(n, timeout)
+  local out, deadline = {}, os.clock() + (timeout or 1)
+  while #out < n and os.clock() < deadline do
+    local got, err = self:poll(n - #out)
+    if not got then return nil, err end
+    for _, w in ipairs(got) do out[#out + 1] = w end
+  end
+  return out
+end
+
+function CQ:destroy()
+  local rc = C.tbrt_cq_destroy(self.c)
+  if rc ~= 0 then return fail(self.dev.d, rc) end
+  return true
+end
+
+function Dev:ah(t)
+  local a = ffi.new("struct ibv_ah_attr")
+  a.is_global = 1
+  a.port_num = t.port or 1
+  ffi.copy(a.grh.dgid.raw, t.dgid, 16)
+  a.grh.sgid_index = t.sgid_index or 0
+  a.grh.hop_limit = 64
+  local out = ffi.new("tbrt_ah *[1]")
+  local rc = C.tbrt_ah_create(t.pd.p, a, out)
+  if rc ~= 0 then return fail(self.d, rc) end
+  return out[0]
+end
+
+return M

@@ -1,0 +1,169 @@
+-- soft_linux_spec.lua - the linux-rc personality of the soft device: RC/UC/UD,
+-- RNR NAK retries, length errors, a vanished peer, RDMA WRITE/READ and the
+-- queue pair state machine, each giving the status a real NIC gives.
+local ffi = require("ffi")
+local verbs = require("tbrt.verbs")
+local V = require("verbs_helpers")
+local link = require("tbrt.link")
+
+local function linux(o)
+  o = o or {}
+  o.personality = "linux-rc"
+  o.type = o.type or "RC"
+  return V.pair(o)
+end
+
+describe("soft linux-rc", function()
+  local p
+  after_each(function() if p then V.close(p) p = nil end end)
+
+  it("has one ACTIVE port with RoCE v1 and v2 GID entries", function()
+    local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    assert.equal(1, dev:query().phys_port_cnt)
+    assert.equal("ACTIVE", dev:port(1).state)
+    local types = {}
+    for _, g in ipairs(dev:gids(1)) do
+      if g.gid == V.LOOPBACK then types[#types + 1] = g.type end
+    end
+    assert.same({ "RoCEv1", "RoCEv2" }, types)
+    dev:close()
+  end)
+
+  it("creates RC, UC and UD queue pairs", function()
+    local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    local pd, cq = dev:pd(), dev:cq(16)
+    for _, t in ipairs { "RC", "UC", "UD" } do
+      local qp = assert(pd:qp{ type = t, send_cq = cq, recv_cq = cq })
+      assert(qp:destroy())
+    end
+    cq:destroy(); pd:free(); dev:close()
+  end)
+
+  it("accepts receives from INIT, not in RESET", function()
+    p = linux{ connect = false }
+    local ok, err = p.b:post_recv{ mr = p.bmr, len = 64 }
+    assert.is_nil(ok)
+    assert.matches("^EINVAL: .*is in RESET", err)
+    assert(p.b:modify{ state = "INIT", port = 1, pkey_index = 0, access = verbs.ACCESS_ALL })
+    assert(p.b:post_recv{ mr = p.bmr, len = 64 })
+  end)
+
+  it("enforces the transition table and names missing attributes", function()
+    p = linux{ connect = false }
+    local ok, err = p.a:modify{ state = "RTR", dest_qpn = p.b.num }
+    assert.is_nil(ok)
+    assert.matches("^EINVAL: .*RESET %-> RTR is not a valid transition", err)
+    assert(p.a:modify{ state = "INIT", port = 1, pkey_index = 0, access = verbs.ACCESS_ALL })
+    ok, err = p.a:modify{ state = "RTR", dest_qpn = p.b.num, rq_psn = 0 }
+    assert.is_nil(ok)
+    assert.matches("missing required attributes AV|PATH_MTU|MIN_RNR_TIMER|MAX_DEST_RD_ATOMIC", err, 1, true)
+  end)
+
+  it("retries an RNR NAK min_rnr_timer apart, rnr_retry times, then IBV_WC_RNR_RETRY_EXC_ERR", function()
+    -- timer code 14 = 1.28 ms; 3 retries -> about 4 x 1.28 ms
+    p = linux{ min_rnr_timer = 14, rnr_retry = 3 }
+    local t0 = link.now()
+    assert(p.a:post_send{ mr = p.amr, len = 64, wr_id = 5 })
+    local wc = assert(p.cq_a:wait(1, 2))
+    local dt = link.now() - t0
+    assert.equal("IBV_WC_RNR_RETRY_EXC_ERR", wc[1].status)
+    assert.equal(5, wc[1].wr_id)
+    assert.is_true(dt >= 3 * 1.28e-3, "gave up after " .. dt .. " s")
+    assert.is_true(dt < 0.5, "gave up after " .. dt .. " s")
+    assert.equal("ERR", p.a:state())
+  end)
+
+  it("retries forever with rnr_retry 7 until a receive comes", function()
+    p = linux{ min_rnr_timer = 1, rnr_retry = 7 }
+    ffi.fill(p.abuf, 64, 0x33)
+    assert(p.a:post_send{ mr = p.amr, len = 64, wr_id = 1 })
+    assert.equal(0, #assert(p.cq_a:wait(1, 0.05)))
+    assert(p.b:post_recv{ mr = p.bmr, len = 64, wr_id = 2 })
+    assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1))[1].status)
+    local wc = assert(p.cq_b:wait(1))
+    assert.equal("IBV_WC_SUCCESS", wc[1].status)
+    assert.equal(0x33, p.bbuf[63])
+  end)
+
+  it("fails a receive smaller than the message: IBV_WC_LOC_LEN_ERR / IBV_WC_REM_INV_REQ_ERR", function()
+    p = linux()
+    assert(p.b:post_recv{ mr = p.bmr, len = 100, wr_id = 1 })
+    assert(p.a:post_send{ mr = p.amr, len = 101, wr_id = 2 })
+    local r = assert(p.cq_b:wait(1))
+    assert.equal("IBV_WC_LOC_LEN_ERR", r[1].status)
+    assert.matches("smaller than the message", r[1].why)
+    local s = assert(p.cq_a:wait(1))
+    assert.equal("IBV_WC_REM_INV_REQ_ERR", s[1].status)
+    assert.equal("ERR", p.a:state())
+  end)
+
+  it("completes sends to a vanished peer with IBV_WC_RETRY_EXC_ERR after timeout x retry_cnt", function()
+    -- timeout 10 = 4.19 ms per try, retry_cnt 2 -> 3 tries, about 12.6 ms
+    p = linux{ timeout = 10, retry_cnt = 2 }
+    assert(p.b:destroy())
+    local t0 = link.now()
+    assert(p.a:post_send{ mr = p.amr, len = 64, wr_id = 3 })
+    local wc = assert(p.cq_a:wait(1, 2))
+    local dt = link.now() - t0
+    assert.equal("IBV_WC_RETRY_EXC_ERR", wc[1].status)
+    assert.matches("peer queue pair is gone", wc[1].why)
+    assert.is_true(dt >= 3 * 4.096e-6 * 2 ^ 10, "gave up after " .. dt .. " s")
+    assert.is_true(dt < 1, "gave up after " .. dt .. " s")
+  end)
+
+  it("drops a UC message nobody posted a receive for", function()
+    p = linux{ type = "UC" }
+    assert(p.a:post_send{ mr = p.amr, len = 64, wr_id = 1 })
+    assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1))[1].status)
+    assert(p.b:post_recv{ mr = p.bmr, len = 64, wr_id = 2 })
+    assert.equal(0, #assert(p.cq_b:wait(1, 0.02)), "the dropped message never arrives")
+  end)
+
+  it("does RDMA WRITE (with immediate) and READ, and refuses a bad rkey", function()
+    p = linux()
+    for i = 0, 255 do p.abuf[i] = i end
+    assert(p.b:post_recv{ mr = p.bmr, len = 0, wr_id = 11 })
+    assert(p.a:post_send{ mr = p.amr, len = 256, opcode = "RDMA_WRITE_WITH_IMM", imm = 0x1234,
+      rkey = p.bmr.rkey, raddr = p.bmr.addr + 1000 })
+    local r = assert(p.cq_b:wait(1))
+    assert.equal("RECV_RDMA_WITH_IMM", r[1].opcode)
+    assert.equal(0x1234, r[1].imm)
+    assert.equal(255, p.bbuf[1255])
+    ffi.fill(p.abuf, 256, 0)
+    assert(p.a:post_send{ mr = p.amr, len = 256, opcode = "RDMA_READ", rkey = p.bmr.rkey,
+      raddr = p.bmr.addr + 1000 })
+    assert.equal(2, #assert(p.cq_a:wait(2)))
+    assert.equal(200, p.abuf[200])
+    assert(p.a:post_send{ mr = p.amr, len = 16, opcode = "RDMA_WRITE", rkey = p.bmr.rkey + 1,
+      raddr = p.bmr.addr })
+    local s = assert(p.cq_a:wait(1))
+    assert.equal("IBV_WC_REM_ACCESS_ERR", s[1].status)
+  end)
+
+  it("delivers UD datagrams with a GRH and drops a wrong qkey", function()
+    local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    local pd, cq = dev:pd(), dev:cq(16)
+    local a = assert(pd:qp{ type = "UD", send_cq = cq, recv_cq = cq })
+    local b = assert(pd:qp{ type = "UD", send_cq = cq, recv_cq = cq })
+    for _, q in ipairs { a, b } do
+      assert(q:modify{ state = "INIT", port = 1, pkey_index = 0, qkey = 0x11 })
+      assert(q:modify{ state = "RTR" })
+      assert(q:modify{ state = "RTS", sq_psn = 0 })
+    end
+    local buf = ffi.new("uint8_t[4096]")
+    local mr = assert(pd:reg(buf, 4096))
+    ffi.copy(buf, "hello ud")
+    assert(b:post_recv{ mr = mr, offset = 1024, len = 1024, wr_id = 1 })
+    local ah = assert(dev:ah{ pd = pd, dgid = V.LOOPBACK, sgid_index = V.loopback_gid(dev, 1) })
+    assert(a:post_send{ mr = mr, len = 8, ah = ah, remote_qpn = b.num, remote_qkey = 0x12, wr_id = 1 })
+    assert(a:post_send{ mr = mr, len = 8, ah = ah, remote_qpn = b.num, remote_qkey = 0x11, wr_id = 2 })
+    local wcs = assert(cq:wait(3))
+    local recv
+    for _, w in ipairs(wcs) do if w.opcode == "RECV" then recv = w end end
+    assert.equal(48, recv.byte_len)
+    assert.equal(a.num, recv.src_qp)
+    assert.equal("hello ud", ffi.string(buf + 1024 + 40, 8))
+    assert.equal(0x60, buf[1024])
+    a:destroy(); b:destroy(); mr:dereg(); cq:destroy(); pd:free(); dev:close()
+  end)
+end)
