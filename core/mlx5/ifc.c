@@ -138,6 +138,16 @@ const char *ifc_const_name(const char *group, uint32_t value)
     return c ? c->name : NULL;
 }
 
+const char *ifc_const_name_prefixed(const char *group, const char *prefix, uint32_t value)
+{
+    size_t n = strlen(prefix);
+    for (size_t i = 0; group && i < TBRT_ARRAY_LEN(ifc_const_rows); i++)
+        if (ifc_const_rows[i].value == value && strcmp(ifc_const_rows[i].group, group) == 0 &&
+            strncmp(ifc_const_rows[i].name, prefix, n) == 0)
+            return ifc_const_rows[i].name;
+    return NULL;
+}
+
 const char *ifc_const_meaning(const char *group, uint32_t value)
 {
     const struct ifc_const_row *c = group ? find_const(group, value) : NULL;

@@ -117,6 +117,8 @@ const char *ifc_opcode_name(uint32_t opcode);
 /* Name and meaning of a constant of a group ("status", "delivery", "cq"...). */
 const char *ifc_const_name(const char *group, uint32_t value);
 const char *ifc_const_meaning(const char *group, uint32_t value);
+/* The same, among the names starting with prefix ("MLX5_CQE_SYNDROME_"). */
+const char *ifc_const_name_prefixed(const char *group, const char *prefix, uint32_t value);
 int ifc_const(const char *name, uint32_t *value);
 /* The layout name of a command's input/output ("QUERY_HCA_CAP" ->
  * "query_hca_cap_in"); NULL when the tables do not cover the command. */

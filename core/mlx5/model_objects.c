@@ -30,7 +30,9 @@ enum {
     SQ_WQEBB = 64,               /* MLX5_SEND_WQE_BB */
     RQ_STRIDE_UNIT = 16,         /* log_rq_stride counts 16-byte units */
     MTT_FLAGS_MASK = 0x3,        /* mtt entry: rd_en bit 0, wr_en bit 1 */
-    MKEY_FIRST_INDEX = 1,
+    /* mkeys the wire does not back (PA mode, no soft device) take indexes
+     * from here, apart from the soft device's MR indexes (small numbers) */
+    MKEY_LOCAL_INDEX = 0x800000,
     MODEL_PORTS = 1,
     MAX_LOG_QUEUE = 16,
 };
@@ -172,7 +174,7 @@ static int create_mkey(struct model *m, struct model_cmd *c)
             slot = i;
     if (slot < 0)
         return NO_RES(c);
-    k.index = (uint32_t)slot + MKEY_FIRST_INDEX;
+    k.index = (uint32_t)slot + MKEY_LOCAL_INDEX;
     k.key = k.index << 8 | IGET(mkc, mkc, mkey_7_0);
     k.used = 1;
     if (k.virt && model_data_mkey_create(m, &k) < 0)
@@ -303,7 +305,7 @@ static int create_qp(struct model *m, struct model_cmd *c)
     if (!pas_fits(c, MLX5S_create_qp_in, np))
         return fail(c, MLX5C_CMD_STAT_BAD_INP_LEN_ERR, SYND_INLEN);
     q.rq = pas_buffer(m, in + MLX5S_create_qp_in, np);
-    q.dbr = model_dma(m, Q(dbr_addr), 8);
+    q.dbr = model_dma(m, IGET64(in, create_qp_in, qpc_dbr_addr), 8);
 #undef Q
     if (!q.rq || !q.dbr)
         return BAD_PARAM(c, SYND_BAD_ADDRESS);

@@ -460,8 +460,8 @@ static const char *m_vendor_err(tbrt_dev *dev, uint32_t code)
 {
     if (!code)
         return "";
-    const char *name = ifc_const_name("cq", code >> 8);
-    if (!name || strncmp(name, "MLX5_CQE_SYNDROME_", 18) != 0)
+    const char *name = ifc_const_name_prefixed("cq", "MLX5_CQE_SYNDROME_", code >> 8);
+    if (!name)
         name = "unknown syndrome";
     snprintf(D(dev)->verr, sizeof D(dev)->verr, "mlx5 CQE syndrome 0x%x %s, vendor syndrome 0x%x",
              code >> 8, name, code & 0xff);
