@@ -25,7 +25,9 @@ const struct tbrt_dev_ops *dev_kind(const char *kind)
 
 const struct tbrt_dev_ops *dev_kind_of(const char *name)
 {
-    if (strncmp(name, "soft", 4) == 0)
+    /* soft<N> only: libibverbs names are free ("softroce0", an rxe device) */
+    if (strncmp(name, "soft", 4) == 0 && name[4] &&
+        strspn(name + 4, "0123456789") == strlen(name + 4))
         return &tbrt_soft_ops;
     if (strncmp(name, "mlx5:", 5) == 0)
         return &tbrt_mlx5_ops;
