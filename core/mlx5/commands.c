@@ -9,9 +9,11 @@
 #include "mlx5/hca.h"
 #include "util/util.h"
 
-/* Input and output buffers of a command with a fixed layout. */
+/* Input and output buffers of a command with a fixed layout; both at least
+ * the 16 inline bytes, as Linux sends them (ENABLE_HCA out: 0x10, not 12). */
+#define LEN16(n) ((n) < 16 ? 16 : (n))
 #define CMD(s)                                                                 \
-    uint8_t in[MLX5S_##s##_in] = {0}, out[MLX5S_##s##_out] = {0};               \
+    uint8_t in[LEN16(MLX5S_##s##_in)] = {0}, out[LEN16(MLX5S_##s##_out)] = {0}; \
     ISET(in, s##_in, opcode, MLX5OP_CMD_##s)
 #define RUN() cmd_exec(h, in, sizeof in, out, sizeof out)
 

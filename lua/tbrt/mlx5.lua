@@ -84,9 +84,10 @@ local function get(buf, off, width)
   local n = math.floor((width + 7) / 8)
   local out = ffi.new("uint8_t[?]", n)
   C.tbrt_mlx5_get_bytes(buf, off, width, out)
-  if width <= 53 then -- exact in a Lua number
-    local v = 0
+  if width <= 64 then -- a number when exact, else a uint64_t
+    local v = ffi.new("uint64_t", 0)
     for i = 0, n - 1 do v = v * 256 + out[i] end
+    if v < 2 ^ 53 then return tonumber(v) end
     return v
   end
   return ffi.string(out, n)
@@ -253,7 +254,8 @@ function Dev:cmd(name, fields, opts)
   f.opcode = op
   local ok, inbuf, inlen = pcall(M.encode, lin, f, opts.inlen)
   if not ok then error(inbuf, 2) end
-  local outlen = opts.outlen or (M.size(lout) + (opts.out_extra or 0))
+  -- at least the 16 inline bytes, as Linux sends (ENABLE_HCA out is 12 bytes)
+  local outlen = opts.outlen or math.max(16, M.size(lout) + (opts.out_extra or 0))
   local out, err, st = self:raw(inbuf, inlen, outlen)
   if not out then return nil, err, st end
   local res = M.decode(lout, out, outlen)
