@@ -90,6 +90,11 @@ void tbrt_mlx5_set_timeout(tbrt_mlx5 *dev, int ms);
 /* Trace to a file from now on (NULL or "": stop). */
 int tbrt_mlx5_trace_to(tbrt_mlx5 *dev, const char *path);
 
+/* DMA memory for prototyping commands that carry addresses (PAS lists):
+ * size bytes, zeroed, page aligned; freed by tbrt_mlx5_dma_free or close. */
+int tbrt_mlx5_dma_alloc(tbrt_mlx5 *dev, size_t size, void **virt, uint64_t *bus);
+int tbrt_mlx5_dma_free(tbrt_mlx5 *dev, uint64_t bus);
+
 int tbrt_mlx5_model_state_get(tbrt_mlx5 *dev, tbrt_mlx5_model_state *st);
 /* The driver under an mlx5 verbs device; NULL for other kinds. */
 tbrt_mlx5 *tbrt_mlx5_of_dev(tbrt_dev *dev);

@@ -88,6 +88,9 @@ int tbrt_mlx5_close(tbrt_mlx5 *d)
     if (!d)
         return -EINVAL;
     int rc = tbrt_mlx5_teardown(d);
+    for (int i = 0; i < d->ndma; i++)
+        d->pci->ops->dma_free(d->pci, &d->dma[i]);
+    free(d->dma);
     hca_free(d->hca);
     d->pci->ops->close(d->pci);
     if (d->trace_close)
@@ -142,6 +145,34 @@ int tbrt_mlx5_trace_to(tbrt_mlx5 *d, const char *path)
     d->hca->trace = f;
     pthread_mutex_unlock(&d->hca->cmd_lock);
     return 0;
+}
+
+int tbrt_mlx5_dma_alloc(tbrt_mlx5 *d, size_t size, void **virt, uint64_t *bus)
+{
+    if (!d || !size || !virt || !bus)
+        return -EINVAL;
+    struct mlx5_dma *n = realloc(d->dma, sizeof *n * (size_t)(d->ndma + 1));
+    if (!n)
+        return -ENOMEM;
+    d->dma = n;
+    int rc = d->pci->ops->dma_alloc(d->pci, size, HCA_PAGE, &d->dma[d->ndma]);
+    if (rc < 0)
+        return hca_fail(d->hca, -rc, "mlx5 dma_alloc: %zu bytes: %s", size, strerror(-rc));
+    *virt = d->dma[d->ndma].virt;
+    *bus = d->dma[d->ndma].bus;
+    d->ndma++;
+    return 0;
+}
+
+int tbrt_mlx5_dma_free(tbrt_mlx5 *d, uint64_t bus)
+{
+    for (int i = 0; d && i < d->ndma; i++)
+        if (d->dma[i].bus == bus) {
+            d->pci->ops->dma_free(d->pci, &d->dma[i]);
+            d->dma[i] = d->dma[--d->ndma];
+            return 0;
+        }
+    return -ENOENT;
 }
 
 int tbrt_mlx5_model_state_get(tbrt_mlx5 *d, tbrt_mlx5_model_state *st)

@@ -16,6 +16,8 @@ struct tbrt_mlx5 {
     FILE *trace;
     int trace_close;
     int torn_down;
+    struct mlx5_dma *dma;        /* tbrt_mlx5_dma_alloc'ed memory */
+    int ndma;
     char why[512];
 };
 

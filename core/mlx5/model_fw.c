@@ -345,7 +345,8 @@ static int walk_chain(struct model *m, uint64_t ptr, uint32_t n, uint8_t token, 
             return MLX5C_CMD_DELIVERY_STAT_BAD_BLK_NUM_ERR;
         if (b[MBOX_TOKEN] != token)
             return MLX5C_CMD_DELIVERY_STAT_TOK_ERR;
-        if (check_sig && (xor8(b + MBOX_CTRL, MBOX_SIZE - MBOX_CTRL) != 0xff ||
+        /* as Linux verify_block_sig: rsvd0..ctrl_sig, then the whole block */
+        if (check_sig && (xor8(b + MBOX_CTRL, MBOX_SIG - MBOX_CTRL) != 0xff ||
                           xor8(b, MBOX_SIZE) != 0xff))
             return MLX5C_CMD_DELIVERY_STAT_SIGNAT_ERR;
         blocks[k] = b;

@@ -268,6 +268,16 @@ function Dev:cmd(name, fields, opts)
   return res
 end
 
+-- DMA memory: returns a uint8_t* and its bus address (a number).
+function Dev:dma(size)
+  local v, b = ffi.new("void*[1]"), ffi.new("uint64_t[1]")
+  local rc = C.tbrt_mlx5_dma_alloc(self.h, size, v, b)
+  if rc ~= 0 then return nil, errname(rc) .. ": " .. why(self) end
+  return ffi.cast("uint8_t*", v[0]), tonumber(b[0])
+end
+
+function Dev:dma_free(bus) return C.tbrt_mlx5_dma_free(self.h, bus) == 0 end
+
 function Dev:inject(what)
   local codes = { token = 1, block_num = 2, signature = 3, type = 4, in_ptr_align = 5, no_doorbell = 6 }
   local c = codes[what] or error("mlx5 inject: one of token, block_num, signature, type, in_ptr_align, no_doorbell", 2)
