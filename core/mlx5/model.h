@@ -68,6 +68,7 @@ uint32_t model_read32(struct model *m, uint32_t off);
 void model_write32(struct model *m, uint32_t off, uint32_t val);
 void model_write64(struct model *m, uint32_t off, const void *bytes8);
 int model_irq_fd(struct model *m, int vector);
+void model_rq_posted(struct model *m, uint32_t qpn);
 struct mlx5_pci *model_pci(struct model *m);
 
 /* What the firmware holds now, for specs (any thread; a snapshot). */

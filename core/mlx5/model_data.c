@@ -476,6 +476,13 @@ static void run_rq(struct model *m, struct model_qp *q)
     }
 }
 
+void model_data_rq_posted(struct model *m, uint32_t qpn)
+{
+    struct model_qp *q = model_qp_find(m, qpn);
+    if (q)
+        run_rq(m, q);
+}
+
 void model_data_poll(struct model *m)
 {
     for (int i = 0; i < MODEL_MAX_QPS; i++)

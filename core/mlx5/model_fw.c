@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mlx5/cmdif.h"
@@ -499,6 +500,30 @@ void model_write32(struct model *m, uint32_t off, uint32_t val)
         model_wake(m);
 }
 
+/* Receive WQEs posted: the model thread takes them to the wire; wait
+ * (bounded) until it has, so a message sent right after finds them. */
+void model_rq_posted(struct model *m, uint32_t qpn)
+{
+    enum { RQ_WAIT_MS = 1000 };
+    pthread_mutex_lock(&m->lock);
+    uint64_t ticket = ++m->rq_ticket;
+    if (m->ring_head - m->ring_tail < DOORBELL_RING) {
+        struct model_doorbell *d = &m->ring[m->ring_head++ % DOORBELL_RING];
+        d->off = qpn;
+        d->len = 0;
+    }
+    pthread_mutex_unlock(&m->lock);
+    model_wake(m);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += RQ_WAIT_MS / 1000;
+    pthread_mutex_lock(&m->lock);
+    while (m->rq_done < ticket && !atomic_load(&m->stop))
+        if (pthread_cond_timedwait(&m->rq_cond, &m->lock, &until) != 0)
+            break;
+    pthread_mutex_unlock(&m->lock);
+}
+
 void model_write64(struct model *m, uint32_t off, const void *bytes8)
 {
     if (off >= MODEL_UAR_BASE * UAR_PAGE && off < MODEL_BAR0_SIZE)
@@ -507,6 +532,10 @@ void model_write64(struct model *m, uint32_t off, const void *bytes8)
 
 static void doorbell(struct model *m, const struct model_doorbell *d)
 {
+    if (d->len == 0) {
+        model_data_rq_posted(m, d->off);
+        return;
+    }
     uint32_t uar = d->off / UAR_PAGE, reg = d->off % UAR_PAGE;
     if (!m->uar_used[uar - MODEL_UAR_BASE])
         return; /* a write to an unallocated UAR page goes nowhere */
@@ -574,6 +603,10 @@ static void *model_thread(void *arg)
                 break;
             doorbell(m, &d);
         }
+        pthread_mutex_lock(&m->lock);
+        m->rq_done = m->rq_ticket; /* every rq_posted queued so far is handled */
+        pthread_cond_broadcast(&m->rq_cond);
+        pthread_mutex_unlock(&m->lock);
         model_data_poll(m);
         snapshot(m);
     }
@@ -585,6 +618,35 @@ void model_state_get(struct model *m, struct model_state *st)
     pthread_mutex_lock(&m->lock);
     *st = m->snap;
     pthread_mutex_unlock(&m->lock);
+}
+
+/* Live models, so their threads stop before the library goes away (a
+ * script that exits without closing its devices, dlclose at lua_close). */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct model *live[64];
+
+static void live_add(struct model *m, int add)
+{
+    pthread_mutex_lock(&live_lock);
+    for (size_t i = 0; i < TBRT_ARRAY_LEN(live); i++)
+        if (add ? !live[i] : live[i] == m) {
+            live[i] = add ? m : NULL;
+            break;
+        }
+    pthread_mutex_unlock(&live_lock);
+}
+
+__attribute__((destructor)) static void stop_live_models(void)
+{
+    pthread_mutex_lock(&live_lock);
+    for (size_t i = 0; i < TBRT_ARRAY_LEN(live); i++)
+        if (live[i] && live[i]->thread_started) {
+            atomic_store(&live[i]->stop, 1);
+            model_wake(live[i]);
+            pthread_join(live[i]->thread, NULL);
+            live[i]->thread_started = 0;
+        }
+    pthread_mutex_unlock(&live_lock);
 }
 
 struct model *model_create(const struct model_opts *opts, char *err, size_t errlen)
@@ -605,6 +667,7 @@ struct model *model_create(const struct model_opts *opts, char *err, size_t errl
         m->opts.regular_pages = MODEL_REGULAR_PAGES;
     m->init_reads_left = m->opts.init_reads ? m->opts.init_reads : MODEL_INIT_READS;
     pthread_mutex_init(&m->lock, NULL);
+    pthread_cond_init(&m->rq_cond, NULL);
     for (int i = 0; i < MODEL_IRQ_VECTORS; i++)
         m->irq_fd[i] = -1;
     pci_model_init(m);
@@ -628,6 +691,7 @@ struct model *model_create(const struct model_opts *opts, char *err, size_t errl
         return NULL;
     }
     m->thread_started = 1;
+    live_add(m, 1);
     return m;
 }
 
@@ -635,6 +699,7 @@ void model_destroy(struct model *m)
 {
     if (!m)
         return;
+    live_add(m, 0);
     if (m->thread_started) {
         atomic_store(&m->stop, 1);
         model_wake(m);
@@ -647,6 +712,7 @@ void model_destroy(struct model *m)
             close(m->irq_fd[i]);
     if (m->wake_fd > 0)
         close(m->wake_fd);
+    pthread_cond_destroy(&m->rq_cond);
     pthread_mutex_destroy(&m->lock);
     free(m->regions);
     free(m->pages);

@@ -26,7 +26,7 @@ struct model_region {
 struct model_doorbell {
     uint32_t off;                /* BAR0 offset */
     uint8_t bytes[8];
-    int len;                     /* 4 or 8 */
+    int len;                     /* 4 or 8; 0: receive WQEs posted (rq_posted) */
 };
 
 struct model_mkey {
@@ -102,6 +102,8 @@ struct model {
     struct model_doorbell ring[DOORBELL_RING];
     uint32_t ring_head, ring_tail;
     uint64_t ring_dropped;
+    uint64_t rq_ticket, rq_done; /* rq_posted requests and how many are handled */
+    pthread_cond_t rq_cond;
 
     /* DMA space (lock) */
     struct model_region *regions;
@@ -172,6 +174,7 @@ void model_data_qp_destroy(struct model *m, struct model_qp *q);
 int model_data_mkey_create(struct model *m, struct model_mkey *k);
 void model_data_mkey_destroy(struct model *m, struct model_mkey *k);
 void model_data_sq_doorbell(struct model *m, uint32_t qpn);
+void model_data_rq_posted(struct model *m, uint32_t qpn);
 void model_data_poll(struct model *m);
 void model_data_cq_arm(struct model *m, uint32_t cqn, uint32_t sn, uint32_t ci);
 void model_data_eq_doorbell(struct model *m, uint32_t eqn, uint32_t ci, int arm);

@@ -36,6 +36,10 @@ struct mlx5_pci_ops {
     void (*dma_unmap)(struct mlx5_pci *p, struct mlx5_dma *d);
     int (*cfg_read)(struct mlx5_pci *p, uint32_t off, void *buf, size_t len);
     int (*cfg_write)(struct mlx5_pci *p, uint32_t off, const void *buf, size_t len);
+    /* Optional (NULL on hardware): receive WQEs were posted to qpn. A real
+     * NIC reads the receive queue when a message arrives; the model hands
+     * them to its wire at once, so it needs telling, and returns when done. */
+    void (*rq_posted)(struct mlx5_pci *p, uint32_t qpn);
     /* An eventfd that becomes readable when the device raises the
      * interrupt vector (MSI-X); -errno when the backend has none. */
     int (*irq_fd)(struct mlx5_pci *p, int vector);

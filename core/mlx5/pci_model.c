@@ -156,6 +156,7 @@ static int pm_cfg_write(struct mlx5_pci *p, uint32_t off, const void *buf, size_
 }
 
 static void pm_close(struct mlx5_pci *p) { model_destroy(M(p)); }
+static void pm_rq_posted(struct mlx5_pci *p, uint32_t qpn) { model_rq_posted(M(p), qpn); }
 static int pm_irq_fd(struct mlx5_pci *p, int vector) { return model_irq_fd(M(p), vector); }
 
 static const struct mlx5_pci_ops model_pci_ops = {
@@ -169,6 +170,7 @@ static const struct mlx5_pci_ops model_pci_ops = {
     .dma_unmap = pm_dma_unmap,
     .cfg_read = pm_cfg_read,
     .cfg_write = pm_cfg_write,
+    .rq_posted = pm_rq_posted,
     .irq_fd = pm_irq_fd,
     .close = pm_close,
 };

@@ -181,5 +181,7 @@ int pci_open_hw(const char *addr, struct mlx5_pci **out, char *err, size_t errle
     rc = pci_sysfs_open(addr, out, why_sysfs, sizeof why_sysfs);
     if (rc == 0)
         return 0;
-    return err_set(err, errlen, -rc, "mlx5 %s: no way to the device: %s; %s", addr, why_vfio, why_sysfs);
+    /* a missing sysfs entry means there is no such device */
+    return err_set(err, errlen, rc == -ENOENT ? ENODEV : -rc, "mlx5 %s: no way to the device: %s; %s", addr,
+                   why_vfio, why_sysfs);
 }

@@ -446,12 +446,16 @@ static int m_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
 static int m_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
     struct mqp *q = (struct mqp *)qp;
+    *bad = NULL;
     if (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_ERR) {
         *bad = wr;
         return dev_fail(qp->dev, EINVAL, "post_recv: qp 0x%x is %s", qp->qp_num, dev_qp_state_name(qp->state));
     }
     char why[200];
     int rc = dp_post_recv(&q->hw, wr, bad, why, sizeof why);
+    struct mlx5_pci *p = H(qp->dev)->pci;
+    if (p->ops->rq_posted && *bad != wr)
+        p->ops->rq_posted(p, q->hw.qpn);
     return rc < 0 ? dev_fail(qp->dev, -rc, "qp 0x%x: %s", qp->qp_num, why) : 0;
 }
 
