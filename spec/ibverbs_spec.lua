@@ -1,0 +1,360 @@
+-- ibverbs_spec.lua - the ibverbs device (core/ibverbs): libibverbs loaded at
+-- run time. Without the library, with this machine's rdma-core (no RDMA
+-- devices here), and end to end over the test shim build/test/
+-- libibverbs-soft.so.1 (spec/support/ibverbs_shim: libibverbs on top of soft
+-- devices) and its Apple-like build librdma-soft.so: listing, opening,
+-- queries, the completion fd, error completions, UD address handles, links
+-- in one process and between two, teardown order, and every failing
+-- libibverbs call. The library is chosen once per process from
+-- $TBRT_IBVERBS_LIB, so each case runs a child `tbrt` (ibverbs_shim/child.lua)
+-- that prints what it saw as JSON.
+local cjson = require("cjson")
+local H = require("helpers")
+
+local SHIM = H.build .. "/test/libibverbs-soft.so.1"
+local APPLE = H.build .. "/test/librdma-soft.so"
+local CHILD = H.root .. "/spec/support/ibverbs_shim/child.lua"
+local LOOPBACK = "::ffff:127.0.0.1"
+local FLAVOR_APPLE, FLAVOR_LINUX = 1, 2
+local ENODATA = 61
+local SHIM_ENV = { "TBRT_IBVERBS_LIB", "TBRT_SHIM_DEVICES", "TBRT_SHIM_PERSONALITY",
+  "TBRT_SHIM_COMPAT_CONTEXT", "TBRT_SHIM_FAIL", "TBRT_SHIM_DEBUG", "TBRT_DEVICE" }
+
+-- Run child.lua MODE ARGS with only the given shim settings; its RESULT.
+local function child(args, changes, timeout)
+  local env = {}
+  for _, k in ipairs(SHIM_ENV) do env[k] = false end
+  for k, v in pairs(changes or {}) do env[k] = v end
+  local r = H.run_tbrt({ CHILD, unpack(args) }, { env = env, timeout = timeout })
+  assert(r.code == 0 and not r.timed_out, H.describe(r))
+  local json = r.stdout:match("RESULT (%b{})")
+  assert(json, "no RESULT line\n" .. H.describe(r))
+  return cjson.decode(json), r
+end
+
+-- One run of a mode serves several tests.
+local memo = {}
+local function once(key, args, changes)
+  if not memo[key] then memo[key] = { child(args, changes) } end
+  return unpack(memo[key])
+end
+
+local function contains(haystack, needle)
+  assert(haystack:find(needle, 1, true), string.format("%q\ndoes not contain\n%q", haystack, needle))
+end
+
+local function teardown_calls(trace, from)
+  -- the lifecycle calls from the first destroy on
+  return trace:sub((trace:find(from, 1, true)))
+end
+
+describe("ibverbs device", function()
+  describe("without libibverbs", function()
+    it("lists one unusable entry naming the library and dlerror, and a probe says so", function()
+      local res = child({ "list", "mlx5_0", "ibverbs" },
+        { TBRT_IBVERBS_LIB = "/nonexistent/libibverbs.so.1" })
+      assert.equal(1, #res.devices)
+      local d = res.devices[1]
+      assert.equal("ibverbs", d.name)
+      assert.is_false(d.usable)
+      contains(d.why, "cannot load /nonexistent/libibverbs.so.1 (TBRT_IBVERBS_LIB)")
+      contains(d.why, "No such file or directory")
+      -- a link asked for device = "ibverbs" fails naming the device and why
+      contains(res.probe, "ENODEV: link ")
+      contains(res.probe, "no usable RDMA device: ibverbs: cannot load /nonexistent/libibverbs.so.1")
+      -- any other name is an ibverbs name: it cannot exist either
+      contains(res.opens.mlx5_0, "ENODEV: mlx5_0: no such device")
+      contains(res.opens.mlx5_0, "no ibverbs library: cannot load")
+      contains(res.opens.ibverbs, "no usable ibverbs device: ibverbs: cannot load")
+    end)
+
+    it("refuses a library without the verbs, naming the missing symbol", function()
+      local res = child({ "list" }, { TBRT_IBVERBS_LIB = "libc.so.6" })
+      assert.is_false(res.devices[1].usable)
+      assert.equal("libc.so.6 is not a usable libibverbs: it lacks ibv_get_device_list",
+        res.devices[1].why)
+    end)
+  end)
+
+  describe("with this machine's libibverbs", function()
+    it("loads it without a word on stderr and says why there is no device", function()
+      local res, r = child({ "list", "mlx5_0" }, {})
+      assert.equal("", r.stderr)
+      local kernel = io.open("/sys/class/infiniband_verbs/abi_version")
+      if kernel then
+        -- a machine with RDMA: every device is listed by its name
+        kernel:close()
+        for _, d in ipairs(res.devices) do
+          assert.equal("ibverbs", d.kind)
+          assert.not_equal("ibverbs", d.name, d.why)
+        end
+        return
+      end
+      assert.equal(1, #res.devices)
+      local d = res.devices[1]
+      assert.is_false(d.usable)
+      assert.equal("linux", d.flavor)
+      contains(d.why, "libibverbs found no RDMA devices (libibverbs.so.1")
+      contains(d.why, "/sys/class/infiniband_verbs is absent")
+      contains(res.probe, "no usable RDMA device: ibverbs: libibverbs found no RDMA devices")
+      contains(res.opens.mlx5_0, "mlx5_0: no such device")
+    end)
+  end)
+
+  describe("over the test shim", function()
+    local SHIM_ONLY = { TBRT_IBVERBS_LIB = SHIM }
+
+    it("lists its devices as usable LINUX ibverbs devices, or none with the reason", function()
+      local res = child({ "list", "softib1", "nosuch0", "softx" },
+        { TBRT_IBVERBS_LIB = SHIM, TBRT_SHIM_DEVICES = "2" })
+      assert.same({ "softib0", "softib1" }, { res.devices[1].name, res.devices[2].name })
+      for _, d in ipairs(res.devices) do
+        assert.is_true(d.usable)
+        assert.equal("ibverbs", d.kind)
+        assert.equal("linux", d.flavor)
+        assert.equal("", d.personality)
+      end
+      assert.equal("opened softib1", res.opens.softib1)
+      -- names that exist nowhere; "softx" is not soft<N>, so ibverbs answers
+      assert.equal("ENODEV: nosuch0: no such device (not soft<N> or mlx5:..., and libibverbs " ..
+        "lists only softib0, softib1)", res.opens.nosuch0)
+      contains(res.opens.softx, "softx: no such device")
+      local none = child({ "list" }, { TBRT_IBVERBS_LIB = SHIM, TBRT_SHIM_DEVICES = "0" })
+      assert.equal(1, #none.devices)
+      assert.is_false(none.devices[1].usable)
+      contains(none.devices[1].why, "libibverbs found no RDMA devices (" .. SHIM .. ")")
+    end)
+
+    it("queries the device, ports and typed GIDs through the extended context", function()
+      local res = once("verbs", { "verbs", "1" }, SHIM_ONLY)
+      assert.equal("ibverbs", res.kind)
+      assert.equal("", res.personality)
+      assert.equal(FLAVOR_LINUX, res.flavor)
+      assert.equal(1, res.phys_port_cnt)
+      assert.same({ state = "ACTIVE", gid_tbl_len = 256, mtu = 4096 }, res.ports[1])
+      assert.equal(LOOPBACK, res.gid_text)
+      assert.equal(0, res.gid_rc)             -- typed: _ibv_query_gid_ex
+      assert.equal(2, res.gid_type)           -- IBV_GID_TYPE_ROCE_V2
+      assert.equal(-ENODATA, res.empty_gid_rc)
+      assert.equal("EINVAL: softib0: query_port 9: Invalid argument", res.bad_port)
+    end)
+
+    it("moves data over RC and makes the armed completion fd readable", function()
+      local res = once("verbs", { "verbs", "1" }, SHIM_ONLY)
+      assert.same({ status = "IBV_WC_SUCCESS", opcode = "RECV", byte_len = 18, src_ok = true,
+        data = "hello over ibverbs" }, res.recv)
+      assert.is_false(res.fd_readable_before)
+      assert.is_true(res.fd_readable_after)
+      assert.equal(1, res.acked)
+      assert.is_false(res.fd_readable_acked)
+    end)
+
+    it("passes error completions through with the soft device's status and vendor_err", function()
+      local res = once("verbs", { "verbs", "1" }, SHIM_ONLY)
+      local statuses = {}
+      for i, w in ipairs(res.errors_ibverbs) do
+        local s = res.errors_soft[i]
+        assert.equal(s.status, w.status)
+        assert.equal(s.opcode, w.opcode)
+        assert.equal(s.vendor_err, w.vendor_err)
+        assert.equal(string.format("provider vendor_err 0x%x", w.vendor_err), w.why)
+        statuses[#statuses + 1] = w.status
+      end
+      assert.same({ "IBV_WC_LOC_LEN_ERR", "IBV_WC_REM_INV_REQ_ERR", "IBV_WC_WR_FLUSH_ERR" },
+        statuses)
+    end)
+
+    it("sends a UD datagram through the library's own address handle", function()
+      local res = once("verbs", { "verbs", "1" }, SHIM_ONLY)
+      assert.same({ status = "IBV_WC_SUCCESS", byte_len = 40 + 8, data = "datagram" }, res.ud)
+      assert.equal("EINVAL: softib0: post_send: UD work request 0 (wr_id 4) has no address " ..
+        "handle (wr.ud.ah = tbrt_ah_handle(ah))", res.ud_without_ah)
+    end)
+
+    it("destroys what a caller left open, children first, when the device closes", function()
+      local res = once("verbs", { "verbs", "1" }, SHIM_ONLY)
+      assert.equal("ibv_destroy_qp,ibv_destroy_qp,ibv_dereg_mr,ibv_destroy_cq," ..
+        "ibv_destroy_comp_channel,ibv_dealloc_pd,ibv_close_device", res.close_trace)
+    end)
+
+    it("queries ports through the exported call on a context without extensions", function()
+      local res = child({ "verbs", "1" }, { TBRT_IBVERBS_LIB = SHIM, TBRT_SHIM_COMPAT_CONTEXT = "1" })
+      assert.equal("ACTIVE", res.ports[1].state)
+      assert.equal(256, res.ports[1].gid_tbl_len)
+      local verbs_once = once("verbs", { "verbs", "1" }, SHIM_ONLY)
+      assert.is_nil(verbs_once.trace:find("ibv_query_port,", 1, true))
+      contains(res.trace, "ibv_open_device,ibv_query_port,")
+      assert.is_nil(res.trace:find("verbs_context.query_port", 1, true))
+    end)
+
+    it("runs a link in one process: GID selection, activation, data, teardown order", function()
+      local res = child({ "link" }, SHIM_ONLY)
+      for _, side in ipairs { res.a, res.b } do
+        assert.equal("softib0", side.device)
+        assert.equal("ibverbs", side.kind)
+        assert.equal(FLAVOR_LINUX, side.flavor)
+        assert.equal(2, side.qp_type)         -- RC
+        assert.equal(2, side.framing)         -- variable
+        assert.equal(3, side.state)           -- READY
+        assert.matches("^softib0 port 1, GID%[%d+%] ::ffff:127%.0%.0%.1 RoCEv2 matches the " ..
+          "bootstrap address$", side.why_device)
+      end
+      assert.equal(res.a.qpn, res.b.peer_qpn)
+      assert.equal(res.b.qpn, res.a.peer_qpn)
+      assert.equal("ok", res.a_to_b)
+      assert.equal("ok", res.b_to_a)
+      assert.equal("qp,mr,mr,buf,buf,cq,pd,dev", res.teardown_a)
+      assert.equal("qp,mr,mr,buf,buf,cq,pd,dev", res.teardown_b)
+      -- the device did it through the library: same order, one per link
+      local one = "ibv_destroy_qp,ibv_dereg_mr,ibv_dereg_mr,ibv_destroy_cq," ..
+        "ibv_destroy_comp_channel,ibv_dealloc_pd,ibv_close_device"
+      assert.equal(one .. "," .. one, teardown_calls(res.trace, "ibv_destroy_qp"))
+      assert.is_true(res.counts.post_send > 0 and res.counts.post_recv > 0 and
+        res.counts.poll_cq > 0)
+    end)
+
+    it("breaks a link on both sides with the error completions it got", function()
+      -- the sender's strides are 128 KiB, the receiver posts 4 KiB
+      local res = child({ "link", "4096" }, SHIM_ONLY)
+      assert.equal("EIO", res.err_a)
+      assert.equal("EIO", res.err_b)
+      assert.matches("^link %d+: send completion: IBV_WC_REM_INV_REQ_ERR %(remote invalid " ..
+        "request error%): provider vendor_err 0x", res.why_a)
+      assert.matches("^link %d+: recv completion: IBV_WC_LOC_LEN_ERR %(local length error%): " ..
+        "provider vendor_err 0x", res.why_b)
+      assert.equal("qp,mr,mr,buf,buf,cq,pd,dev", res.teardown_a)
+    end)
+
+    it("names the call and the errno of every libibverbs failure", function()
+      local cases = {
+        { "ibv_get_device_list:ENOSYS", "ibverbs: libibverbs found no RDMA devices (" .. SHIM ..
+          ": ibv_get_device_list: Function not implemented); the kernel offers no RDMA verbs" },
+        { "ibv_open_device:EACCES", "softib0: ibv_open_device: Permission denied (no access " ..
+          "to /dev/infiniband/uverbs*?)" },
+        { "ibv_query_device:EIO", "softib0: query_device: Input/output error" },
+        { "ibv_query_port:EIO", "softib0: query_port 1: Input/output error" },
+        { "ibv_alloc_pd:ENOMEM", "EN" .. "OMEM: link 1: probe: alloc_pd: softib0: alloc_pd: " ..
+          "Cannot allocate memory" },
+        { "ibv_create_comp_channel:EMFILE", "EMFILE: link 1: probe: create_cq: softib0: " ..
+          "create_cq: ibv_create_comp_channel: Too many open files" },
+        { "ibv_create_cq:ENOMEM", "probe: create_cq: softib0: create_cq (40 entries): Cannot " ..
+          "allocate memory" },
+        { "ibv_create_qp:EINVAL", "softib0: create_qp RC (send 16 x 1 sge, recv 16 x 1 sge): " ..
+          "Invalid argument" },
+        { "ibv_reg_mr:EPERM", "EPERM: link 1: probe: reg_mr send ring: softib0: reg_mr: " ..
+          "Operation not permitted (2097152 bytes at 0x" },
+      }
+      for _, c in ipairs(cases) do
+        local res = child({ "list" }, { TBRT_IBVERBS_LIB = SHIM, TBRT_SHIM_FAIL = c[1] })
+        assert(res.probe:find(c[2], 1, true),
+          string.format("TBRT_SHIM_FAIL=%s: probe said\n%s\nexpected\n%s", c[1], res.probe, c[2]))
+      end
+    end)
+
+    it("falls back to untyped GIDs when _ibv_query_gid_ex is not supported", function()
+      local res = child({ "list" }, { TBRT_IBVERBS_LIB = SHIM,
+        TBRT_SHIM_FAIL = "_ibv_query_gid_ex:EOPNOTSUPP" })
+      assert.equal("ok", res.probe)
+      -- no type to prefer RoCE v2 by: the first entry with the address
+      assert.matches("^softib0 port 1, GID%[%d+%] ::ffff:127%.0%.0%.1 matches", res.why_device)
+    end)
+
+    it("runs a link between two processes over tbrt.listen / tbrt.connect", function()
+      for _, lib in ipairs { SHIM, APPLE } do
+        local dir = H.tmpdir()
+        local port_file = dir .. "/port"
+        local env = { TBRT_IBVERBS_LIB = lib }
+        local task = require("tbrt.task")
+        local server, client
+        task.run(function()
+          local ts = task.spawn(function() return child({ "serve", port_file }, env, 30) end)
+          local tc = task.spawn(function() return child({ "connect", port_file }, env, 30) end)
+          server, client = ts:join(40), tc:join(40)
+        end)
+        H.rmtree(dir)
+        for _, res in ipairs { server, client } do
+          assert.equal("ok", res.received)
+          assert.equal("softib0", res.info.device)
+          assert.equal("ibverbs", res.info.kind)
+          assert.equal(lib == APPLE and "UC" or "RC", res.info.qp_type)
+          assert.equal(lib == APPLE and "fixed" or "variable", res.info.framing)
+          assert.equal("qp,mr,mr,buf,buf,cq,pd,dev", res.teardown)
+          -- blocking waits slept on the completion channel
+          assert.is_true(res.counts.req_notify_cq > 0, cjson.encode(res.counts))
+          assert.is_true(res.counts.ack_cq_events > 0, cjson.encode(res.counts))
+          assert.equal("ibv_destroy_qp,ibv_dereg_mr,ibv_dereg_mr,ibv_destroy_cq," ..
+            "ibv_destroy_comp_channel,ibv_dealloc_pd,ibv_close_device",
+            teardown_calls(res.trace, "ibv_destroy_qp"))
+        end
+        assert.equal(server.info.qpn, client.info.peer_qpn)
+        assert.equal(client.info.qpn, server.info.peer_qpn)
+      end
+    end)
+  end)
+
+  describe("the hardware tests (spec/hw_spec.lua)", function()
+    local function run_hw(changes)
+      local env = {}
+      for _, k in ipairs(SHIM_ENV) do env[k] = false end
+      env.TBRT_HW_SHIM, env.TBRT_HW_ADDR = false, false
+      for k, v in pairs(changes) do env[k] = v end
+      local r = H.run_tbrt({ H.root .. "/spec/support/run.lua", H.root .. "/spec/hw_spec.lua" },
+        { env = env, timeout = 60 })
+      assert.is_false(r.timed_out, H.describe(r))
+      return r
+    end
+
+    it("skip with the reason on this machine, never pass", function()
+      if io.open("/sys/class/infiniband_verbs/abi_version") then
+        pending("this machine has RDMA devices: spec/hw_spec.lua runs for real")
+        return
+      end
+      local r = run_hw({})
+      assert.equal(0, r.code, H.describe(r))
+      contains(r.stdout, "0 passed, 0 failed, 2 skipped")
+      contains(r.stdout, "hw: libibverbs found no RDMA devices (libibverbs.so.1")
+      local shim = run_hw({ TBRT_IBVERBS_LIB = SHIM })
+      contains(shim.stdout, "0 passed, 0 failed, 2 skipped")
+      contains(shim.stdout, "hw: TBRT_IBVERBS_LIB=" .. SHIM .. " is the test shim, not hardware")
+    end)
+
+    it("run their own code over both shims when asked to (a dry run)", function()
+      for _, lib in ipairs { SHIM, APPLE } do
+        local r = run_hw({ TBRT_IBVERBS_LIB = lib, TBRT_HW_SHIM = "1" })
+        assert.equal(0, r.code, H.describe(r))
+        contains(r.stdout, "2 passed, 0 failed, 0 skipped")
+      end
+    end)
+  end)
+
+  describe("over the Apple-like shim (librdma-soft.so)", function()
+    it("gives APPLE devices with untyped GIDs and a first ACTIVE port that is not 1", function()
+      local res = child({ "verbs", "2" }, { TBRT_IBVERBS_LIB = APPLE })
+      assert.equal(FLAVOR_APPLE, res.flavor)
+      assert.equal("DOWN", res.ports[1].state)
+      assert.equal("ACTIVE", res.ports[2].state)
+      assert.equal(LOOPBACK, res.gid_text)
+      assert.equal(1, res.gid_rc)             -- no _ibv_query_gid_ex: type unknown
+      assert.equal(0, res.gid_type)           -- reported as IB
+      assert.equal(-ENODATA, res.empty_gid_rc)
+      assert.equal("hello over ibverbs", res.recv.data)
+      assert.equal("IBV_WC_LOC_LEN_ERR", res.errors_ibverbs[1].status)
+      assert.equal(res.errors_soft[1].vendor_err, res.errors_ibverbs[1].vendor_err)
+    end)
+
+    it("runs a link in one process with UC and fixed strides on port 2", function()
+      local res = child({ "link" }, { TBRT_IBVERBS_LIB = APPLE })
+      for _, side in ipairs { res.a, res.b } do
+        assert.equal(FLAVOR_APPLE, side.flavor)
+        assert.equal(3, side.qp_type)         -- UC
+        assert.equal(1, side.framing)         -- fixed
+        assert.equal(2, side.port)
+        assert.matches("^softib0 port 2 %(port 1 DOWN%), GID%[%d+%] ::ffff:127%.0%.0%.1 " ..
+          "matches the bootstrap address$", side.why_device)
+      end
+      assert.equal("ok", res.a_to_b)
+      assert.equal("ok", res.b_to_a)
+      assert.equal("qp,mr,mr,buf,buf,cq,pd,dev", res.teardown_a)
+    end)
+  end)
+end)
