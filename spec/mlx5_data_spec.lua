@@ -216,6 +216,27 @@ describe("mlx5 data path on two model NICs", function()
     a = nil
   end)
 
+  it("carries a tbrt link (the engine) over two model NICs", function()
+    local L = require("links")
+    local task = require("tbrt.task")
+    task.run(function()
+      local la, lb, aerr, berr = L.pair({ device = "mlx5" })
+      assert.truthy(la, aerr)
+      assert.truthy(lb, berr)
+      assert.matches("mlx5:model0", tostring(la))
+      local n = 1000003
+      local src = L.pattern(n, 5)
+      local sender = task.spawn(function() return la:send(src, n) and la:flush() end)
+      local dst = ffi.new("uint8_t[?]", n)
+      local got, err = lb:recv_into(dst, n, 10)
+      assert.equal(n, got, err)
+      assert.is_nil(L.check(dst, n, 5))
+      assert.truthy(sender:join(10))
+      assert(la:close())
+      assert(lb:close())
+    end)
+  end)
+
   it("moves SEND and RDMA WRITE between model NICs in two processes", function()
     local dir = H.tmpdir()
     local cmd = string.format("(TBRT_BUILD='%s' '%s' '%s/spec/support/mlx5_peer.lua' '%s' > '%s/peer.out' 2>&1; echo $? > '%s/peer.rc') &",

@@ -118,6 +118,52 @@ function M.parse(text)
   return cmds
 end
 
+-- A trace reduced to what two runs can share, for diff: the dump headers by
+-- opcode ("dump command 0x104 INPUT"; Linux versions name commands
+-- differently) and the hex lines, with bus addresses (entry mailbox pointers,
+-- block next pointers) and the signatures over them masked as "xx".
+-- Timestamps, process ids and the other log lines are dropped.
+local MASK_ENTRY = { [0x08] = "11111111", [0x0c] = "11111111", [0x30] = "11111111",
+  [0x34] = "11111111", [0x3c] = "00110000" } -- 1 = masked byte nibble pair, per word
+local function mask_word(w, pattern)
+  local out = {}
+  for i = 1, 8, 2 do
+    out[#out + 1] = pattern:sub(i, i) == "1" and "xx" or w:sub(i, i + 1)
+  end
+  return table.concat(out)
+end
+
+function M.normalize(text)
+  local out = {}
+  for line in text:gmatch("[^\n]*") do
+    local op, dir = line:match("dump command .-%(0x(%x+)%) (%u+)%s*$")
+    if op then
+      out[#out + 1] = "dump command 0x" .. op .. " " .. dir
+    else
+      local off, rest = line:match("(%x%x%x+): (%x%x%x%x%x%x%x%x %x%x%x%x%x%x%x%x %x%x%x%x%x%x%x%x %x%x%x%x%x%x%x%x)%s*$")
+      if off then
+        local o = tonumber(off, 16)
+        local words = {}
+        for w in rest:gmatch("%x+") do words[#words + 1] = w end
+        for i = 1, 4 do
+          local wo = o + (i - 1) * 4
+          local pat
+          if wo < ENTRY_SIZE then
+            pat = MASK_ENTRY[wo]
+          else
+            local b = (wo - ENTRY_SIZE) % BLOCK_SIZE
+            if b == 0x230 or b == 0x234 then pat = "11111111" end
+            if b == 0x23c then pat = "00001111" end -- ctrl_sig, sig
+          end
+          if pat then words[i] = mask_word(words[i], pat) end
+        end
+        out[#out + 1] = off .. ": " .. table.concat(words, " ")
+      end
+    end
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
 -- Read a (possibly gzipped) trace file.
 function M.read(path)
   local f
@@ -129,6 +175,12 @@ function M.read(path)
   local text = f:read("*a")
   f:close()
   return text
+end
+
+-- As a program: luajit lua/tbrt/mlx5_trace.lua --normalize FILE[.gz]
+-- prints the normalized trace, so `diff <(... linux.gz) <(... ours)` works.
+if arg and arg[0] and arg[0]:match("mlx5_trace%.lua$") and arg[1] == "--normalize" and arg[2] then
+  io.write(M.normalize(M.read(arg[2])))
 end
 
 return M
