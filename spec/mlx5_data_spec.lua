@@ -123,6 +123,33 @@ describe("mlx5 data path on two model NICs", function()
     end
   end)
 
+  it("connects with INIT2RTR carrying the GID, QPN and a UDP source port from both QPNs", function()
+    a, b = X.side("mlx5:model0"), X.side("mlx5:model0")
+    local h = assert(mlx5.of_dev(a.dev.d))
+    local dir = H.tmpdir()
+    assert(h:trace(dir .. "/t"))
+    assert(X.connect(a, { qpn = b.qp.num }))
+    assert(h:trace(nil))
+    local cmds = require("tbrt.mlx5_trace").parse(H.read_file(dir .. "/t"))
+    H.rmtree(dir)
+    local names = {}
+    for _, c in ipairs(cmds) do names[#names + 1] = mlx5.layout_of(c.opcode, false) end
+    assert.same({ "rst2init_qp_in", "init2rtr_qp_in", "rtr2rts_qp_in" }, names)
+    local rtr = mlx5.decode("init2rtr_qp_in", cmds[2].input)
+    -- Linux rdma_calc_flow_label + rdma_flow_label_to_udp_sport, written out again here
+    local v = ffi.cast("uint64_t", a.qp.num) * b.qp.num
+    v = bit.bxor(v, v / 2 ^ 20)
+    v = bit.bxor(v, v / 2 ^ 40)
+    local fl = tonumber(bit.band(v, 0xfffff))
+    local sport = bit.bor(bit.bxor(bit.band(fl, 0x3fff), bit.rshift(bit.band(fl, 0xfc000), 14)), 0xc000)
+    assert.equal(sport, rtr["qpc.primary_address_path.udp_sport"])
+    assert.equal(b.qp.num, rtr["qpc.remote_qpn"])
+    assert.equal(X.LOOPBACK, rtr["qpc.primary_address_path.rgid_rip"])
+    assert.equal(a.gid, rtr["qpc.primary_address_path.src_addr_index"])
+    assert.equal(a.qp.num, rtr.qpn)
+    assert.equal(3, rtr["qpc.mtu"]) -- 1024
+  end)
+
   it("moves UC SENDs and RDMA WRITEs too", function()
     pair{ type = "UC" }
     X.fill(a.buf, 0, 5000, 3)

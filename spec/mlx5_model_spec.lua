@@ -183,6 +183,24 @@ describe("mlx5 device model", function()
     assert(dev:cmd("NOP"))                           -- and the queue still works
   end)
 
+  it("checks the Lua builder's options and names (misuse raises, failures return nil, err)", function()
+    assert.has_error(function() mlx5.open{ bogus = 1 } end,
+      "mlx5.open: unknown option bogus (known: boot_pages, checksums, init_pages, model, pci, raw, regular_pages, timeout, trace)")
+    assert.has_error(function() mlx5.open{ model = true, pci = "x" } end, "mlx5.open: model or pci, not both")
+    assert.has_error(function() mlx5.open{ raw = "yes" } end, "mlx5.open: raw must be a boolean")
+    local d, err = mlx5.open{ pci = "0000:99:00.0" }
+    assert.is_nil(d)
+    assert.matches("^ENODEV: mlx5 0000:99:00.0: no way to the device", err)
+    dev = M.model()
+    assert.has_error(function() dev:cmd("NO_SUCH_COMMAND") end, "mlx5 cmd: unknown command NO_SUCH_COMMAND")
+    assert.has_error(function() dev:cmd("QUERY_HCA_CAP", { no_field = 1 }) end,
+      "mlx5: query_hca_cap_in has no field no_field")
+    assert.has_error(function() dev:cmd("QUERY_HCA_CAP", { op_mod = {} }) end)
+    local soft = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    assert.same({ nil, "EINVAL: not an mlx5 device" }, { mlx5.of_dev(soft.d) })
+    soft:close()
+  end)
+
   it("survives random commands: every one gets a status, none a crash", function()
     dev = M.model()
     local names = { "QUERY_HCA_CAP", "SET_HCA_CAP", "CREATE_CQ", "CREATE_QP", "CREATE_EQ", "CREATE_MKEY",
