@@ -51,6 +51,11 @@ int dp_post_send(struct mlx5_hca *h, struct hw_qp *qp, struct ibv_send_wr *wr, s
             snprintf(why, whylen, "post_send: %d sges > max_send_sge %u", wr->num_sge, qp->max_send_sge);
             return -EINVAL;
         }
+        if (wr->send_flags & IBV_SEND_INLINE) {
+            *bad = wr;
+            snprintf(why, whylen, "post_send: inline data not supported (max_inline_data 0)");
+            return -EINVAL;
+        }
         int rdma = op == MLX5_OPCODE_RDMA_WRITE || op == MLX5_OPCODE_RDMA_WRITE_IMM;
         uint32_t ds = 1 + (uint32_t)rdma + (uint32_t)wr->num_sge;
         uint32_t nbb = (ds * WQE_DS_BYTES + WQEBB_BYTES - 1) / WQEBB_BYTES;

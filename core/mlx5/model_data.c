@@ -207,6 +207,8 @@ static void raise_eqe(struct model *m, struct model_cq *cq)
     struct model_eq *eq = model_eq_find(m, cq->eqn);
     if (!eq)
         return;
+    if (((eq->pi - eq->ci) & 0xffffff) >= 1u << eq->log_size)
+        return; /* EQ overrun: events nobody consumed; the event is lost */
     uint8_t *e = eq->buf + (size_t)(eq->pi & ((1u << eq->log_size) - 1)) * EQE_SIZE;
     uint8_t owner = (uint8_t)(eq->pi >> eq->log_size & 1);
     memset(e, 0, EQE_SIZE - 1);

@@ -151,6 +151,11 @@ struct model_cmd {
     uint16_t opcode, op_mod;
 };
 
+/* model_fw.c: run one command (status in c->out); 1 when the firmware
+ * verifies command signatures (cmdif_checksum, or the model's option). */
+void model_fw_execute(struct model *m, struct model_cmd *c);
+int model_fw_checksums(struct model *m);
+
 /* Set the command status and syndrome in out; returns 0 for chaining. */
 int model_status(struct model_cmd *c, uint32_t status, uint32_t syndrome);
 
