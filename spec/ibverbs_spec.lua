@@ -18,7 +18,7 @@ local LOOPBACK = "::ffff:127.0.0.1"
 local FLAVOR_APPLE, FLAVOR_LINUX = 1, 2
 local ENODATA = 61
 local SHIM_ENV = { "TBRT_IBVERBS_LIB", "TBRT_SHIM_DEVICES", "TBRT_SHIM_PERSONALITY",
-  "TBRT_SHIM_COMPAT_CONTEXT", "TBRT_SHIM_FAIL", "TBRT_SHIM_DEBUG", "TBRT_DEVICE" }
+  "TBRT_SHIM_COMPAT_CONTEXT", "TBRT_SHIM_FAIL", "TBRT_SHIM_DEBUG", "TBRT_DEVICE", "SYSFS_PATH" }
 
 -- Run child.lua MODE ARGS with only the given shim settings; its RESULT.
 local function child(args, changes, timeout)
@@ -123,6 +123,27 @@ describe("ibverbs device", function()
       assert.equal(1, #none.devices)
       assert.is_false(none.devices[1].usable)
       contains(none.devices[1].why, "libibverbs found no RDMA devices (" .. SHIM .. ")")
+    end)
+
+    it("explains an empty list from the sysfs libibverbs reads ($SYSFS_PATH)", function()
+      local dir = H.tmpdir()
+      local function why(lib, dirs)
+        local sys = dir .. "/sys" .. #dirs
+        for _, d in ipairs(dirs) do os.execute("mkdir -p " .. sys .. "/class/" .. d) end
+        local res = child({ "list", "softib0" }, { TBRT_IBVERBS_LIB = lib, TBRT_SHIM_DEVICES = "0",
+          SYSFS_PATH = sys })
+        return res.devices[1].why, res.opens.softib0, sys
+      end
+      local w, open, sys = why(SHIM, {})
+      contains(w, "the kernel offers no RDMA verbs: " .. sys .. "/class/infiniband_verbs is absent")
+      contains(open, "softib0: no such device (not soft<N> or mlx5:..., and libibverbs found no")
+      w, _, sys = why(SHIM, { "infiniband_verbs" })
+      contains(w, sys .. "/class/infiniband is absent: the kernel has no RDMA device")
+      w, _, sys = why(SHIM, { "infiniband_verbs", "infiniband" })
+      contains(w, "the devices in " .. sys .. "/class/infiniband have no user-space provider")
+      w = why(APPLE, {})
+      contains(w, "is RDMA over Thunderbolt enabled? (TN3205: `rdma_ctl enable` in macOS Recovery")
+      H.rmtree(dir)
     end)
 
     it("queries the device, ports and typed GIDs through the extended context", function()
@@ -249,6 +270,62 @@ describe("ibverbs device", function()
         assert(res.probe:find(c[2], 1, true),
           string.format("TBRT_SHIM_FAIL=%s: probe said\n%s\nexpected\n%s", c[1], res.probe, c[2]))
       end
+    end)
+
+    it("fails every verb with the operation, the object and the errno, never a crash", function()
+      local e = once("errors", { "errors" }, SHIM_ONLY).e
+      local qpn = "QP 0x%x+"
+      local want = {
+        -- refused by the soft device underneath (libibverbs passes only errno)
+        post_send_reset = "^EINVAL: softib0: post_send " .. qpn .. " in RESET: Invalid argument$",
+        post_recv_reset = "^EINVAL: softib0: post_recv " .. qpn .. " in RESET: Invalid argument$",
+        modify_bad = "^EINVAL: softib0: modify_qp " .. qpn .. " RESET %-> RTS %(mask 0x10001%): " ..
+          "Invalid argument$",
+        dealloc_busy = "^EBUSY: softib0: dealloc_pd: Device or resource busy %(a QP, MR or AH " ..
+          "still uses it%)$",
+        destroy_cq_busy = "^EBUSY: softib0: destroy_cq: Device or resource busy %(a QP still " ..
+          "uses it%)$",
+        ah_bad_port = "^EINVAL: softib0: create_ah %(port 9, sgid_index 0%): Invalid argument$",
+        gid_negative = "^%-22 softib0: query_gid: index %-1 < 0$",
+        gid_too_far = "^%-22 softib0: query_gid port 1 index 999: Invalid argument$",
+        untyped_too_far = "^%-22 softib0: query_gid port 1 index 999: Invalid argument$",
+        -- failed by the library (injected), a -errno return included
+        modify_negative = "^EINVAL: softib0: modify_qp " .. qpn .. " RESET %-> INIT",
+        post_recv = "^ENOMEM: softib0: post_recv " .. qpn .. " in INIT: Cannot allocate memory$",
+        poll = "^EIO: softib0: poll_cq: the provider returned %-5",
+        arm = "^%-5 softib0: req_notify_cq: Input/output error$",
+        channel_fd = "^EBADF: softib0: create_cq: completion channel fd %-1: O_NONBLOCK: Bad " ..
+          "file descriptor$",
+        destroy_qp = "^EIO: softib0: destroy_qp " .. qpn .. ": Input/output error$",
+        dereg = "^EIO: softib0: dereg_mr %(lkey 0x%x+%): Input/output error$",
+        destroy_ah = "^%-5 softib0: destroy_ah: Input/output error$",
+        destroy_cq = "^EIO: softib0: destroy_cq: Input/output error$",
+        destroy_channel = "^EIO: softib0: destroy_cq: ibv_destroy_comp_channel: Input/output error$",
+        dealloc = "^EIO: softib0: dealloc_pd: Input/output error$",
+        -- UD chains: the bad request is the caller's, not a copy
+        ud_bad_why = "^softib0: post_send " .. qpn .. " %(UD%): Invalid argument$",
+        ud_other_dev = "^%-22 softib0: post_send: UD work request 0 %(wr_id 100%) has an " ..
+          "address handle of another device$",
+        ud_post_fail = "^%-5 true softib0: post_send " .. qpn .. " %(UD%): Input/output error$",
+        open_nameless = "^ENODEV: softib0: no such device %(.*libibverbs lists only %?%)$",
+      }
+      for k, pat in pairs(want) do
+        assert(type(e[k]) == "string" and e[k]:match(pat),
+          string.format("%s: %s\ndoes not match\n%s", k, tostring(e[k]), pat))
+      end
+      assert.equal(1, e.untyped_after)        -- untyped from then on
+      assert.equal("", e.vendor_err_zero)
+      assert.equal(0, e.ud_chain_rc)          -- longer than the on-stack copy
+      assert.equal(17, e.ud_chain_recvs)
+      assert.equal(-22, e.ud_bad_rc)
+      assert.equal(1, e.ud_bad_index)
+      assert.same({ name = "?", kind = "ibverbs", usable = false, flavor = "linux",
+        personality = "", why = "ibv_get_device_name returned no name" }, e.nameless)
+    end)
+
+    it("closes the context even when every destroy of a leftover fails", function()
+      local res = once("errors", { "errors" }, SHIM_ONLY)
+      assert.equal("ibv_close_device", res.trace)
     end)
 
     it("falls back to untyped GIDs when _ibv_query_gid_ex is not supported", function()

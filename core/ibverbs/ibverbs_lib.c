@@ -31,10 +31,6 @@
 #define IB_DEFAULT_LIB "libibverbs.so.1"
 #endif
 
-/* Where the kernel shows RDMA devices and their user-verbs interfaces. */
-#define SYS_IB "/sys/class/infiniband"
-#define SYS_IB_VERBS "/sys/class/infiniband_verbs"
-
 struct ib_sym {
     const char *name;
     const char *version;        /* rdma-core's symbol version */
@@ -141,24 +137,41 @@ int ib_errno(int rc)
     return errno > 0 ? errno : EIO;
 }
 
+/* The sysfs libibverbs reads: $SYSFS_PATH when not setuid, as rdma-core's
+ * ibv_get_sysfs_path() does, else /sys. */
+static const char *sysfs_root(void)
+{
+    const char *env = getuid() == geteuid() ? getenv("SYSFS_PATH") : NULL;
+    return env && *env ? env : "/sys";
+}
+
+static bool sys_has(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/class/%s", sysfs_root(), dir);
+    return access(path, F_OK) == 0;
+}
+
 void ib_no_devices_why(const struct ib_lib *L, int err, char *out, size_t outlen)
 {
     snprintf(out, outlen, "libibverbs found no RDMA devices (%s", L->path);
     if (err)
         str_append(out, outlen, ": ibv_get_device_list: %s", strerror(err));
     str_append(out, outlen, "); ");
+    const char *sys = sysfs_root();
     if (L->flavor == TBRT_FLAVOR_APPLE)
         str_append(out, outlen, "is RDMA over Thunderbolt enabled? (TN3205: `rdma_ctl enable` "
                    "in macOS Recovery, macOS 26.2 or later, Thunderbolt 5)");
-    else if (err == ENOSYS || access(SYS_IB_VERBS, F_OK) != 0)
-        str_append(out, outlen, "the kernel offers no RDMA verbs: " SYS_IB_VERBS " is absent "
-                   "(no RDMA driver, or the ib_uverbs module is not loaded)");
-    else if (access(SYS_IB, F_OK) != 0)
-        str_append(out, outlen, SYS_IB " is absent: the kernel has no RDMA device");
+    else if (err == ENOSYS || !sys_has("infiniband_verbs"))
+        str_append(out, outlen, "the kernel offers no RDMA verbs: %s/class/infiniband_verbs is "
+                   "absent (no RDMA driver, or the ib_uverbs module is not loaded)", sys);
+    else if (!sys_has("infiniband"))
+        str_append(out, outlen, "%s/class/infiniband is absent: the kernel has no RDMA device",
+                   sys);
     else
-        str_append(out, outlen, "the devices in " SYS_IB " have no user-space provider, or "
-                   "/dev/infiniband/uverbs* cannot be opened (ibverbs-providers installed? "
-                   "permissions?)");
+        str_append(out, outlen, "the devices in %s/class/infiniband have no user-space "
+                   "provider, or /dev/infiniband/uverbs* cannot be opened (ibverbs-providers "
+                   "installed? permissions?)", sys);
 }
 
 static void unusable(tbrt_devinfo *out, int max, const char *why, int flavor)

@@ -114,17 +114,12 @@ int ib_ack_cq_events(tbrt_cq *cq)
     struct ib_dev *d = ib_of(cq->dev);
     struct ib_cq *c = (struct ib_cq *)cq;
     unsigned n = 0;
-    for (;;) {
-        struct ibv_cq *ev_cq;
-        void *ev_ctx;
-        /* the fd is non-blocking: EAGAIN once the channel is empty */
-        if (d->lib->get_cq_event(c->channel, &ev_cq, &ev_ctx) != 0)
-            break;
-        if (ev_cq == c->ibv)
-            n++;
-        else                    /* cannot happen: one CQ per channel */
-            d->lib->ack_cq_events(ev_cq, 1);
-    }
+    struct ibv_cq *ev_cq;
+    void *ev_ctx;
+    /* the fd is non-blocking: EAGAIN once the channel is empty; one CQ per
+     * channel, so every event is this CQ's */
+    while (d->lib->get_cq_event(c->channel, &ev_cq, &ev_ctx) == 0)
+        n++;
     if (n)
         d->lib->ack_cq_events(c->ibv, n);
     return (int)n;

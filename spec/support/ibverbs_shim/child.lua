@@ -12,6 +12,8 @@
 --                         the completion fd, error completions (next to the
 --                         same case on a soft device), UD through an AH,
 --                         close with objects left behind
+--   errors                every failure path of the device, natural (the soft
+--                         device refuses) or injected (TBRT_SHIM_FAIL)
 --   link [stride_b]       a link pair in this process over the C link API;
 --                         with stride_b the two sides disagree on the stride
 --   serve FILE | connect FILE   one side of a two-process link through
@@ -201,6 +203,144 @@ local function verbs_case(port)
   result.close_trace, result.trace = result.trace, before
 end
 
+-- ---- errors: every failure path of the device, each with its message --------------
+
+ffi.cdef [[
+  int setenv(const char *name, const char *value, int overwrite);
+  int unsetenv(const char *name);
+]]
+
+-- Run fn with TBRT_SHIM_FAIL = spec (the shim reads it on every call).
+local function failing(spec, fn, ...)
+  ffi.C.setenv("TBRT_SHIM_FAIL", spec, 1)
+  local r = { n = 0 }
+  local function keep(...) r.n = select("#", ...) r = { n = r.n, ... } end
+  keep(pcall(fn, ...))
+  ffi.C.unsetenv("TBRT_SHIM_FAIL")
+  assert(r[1], r[2])
+  return unpack(r, 2, r.n)
+end
+
+local function second(_, x) return x end
+
+-- A chain of n UD sends of 8 bytes from mr to qpn through ah.
+local function ud_chain(n, mr, ah, qpn)
+  local sge = ffi.new("struct ibv_sge")
+  sge.addr, sge.length, sge.lkey = mr.addr, 8, mr.lkey
+  local wrs = ffi.new("struct ibv_send_wr[?]", n)
+  for i = 0, n - 1 do
+    wrs[i].wr_id = 100 + i
+    wrs[i].sg_list, wrs[i].num_sge = sge, 1
+    wrs[i].opcode = C.IBV_WR_SEND
+    wrs[i].send_flags = C.IBV_SEND_SIGNALED
+    wrs[i].wr.ud.ah = ah and C.tbrt_ah_handle(ah) or nil
+    wrs[i].wr.ud.remote_qpn, wrs[i].wr.ud.remote_qkey = qpn, 0x1234
+    wrs[i].next = i + 1 < n and wrs + i + 1 or nil
+  end
+  return wrs, sge
+end
+
+local function errors_case()
+  local e = {}
+  result.e = e
+  local dev = assert(verbs.open("softib0"))
+  local pd, cq = assert(dev:pd()), assert(dev:cq(16))
+  local qp = assert(pd:qp{ type = "RC", send_cq = cq, recv_cq = cq })
+  local buf = ffi.new("uint8_t[4096]")
+  local mr = assert(pd:reg(buf, 4096))
+  -- what the soft device underneath refuses comes back with the op named
+  e.post_send_reset = second(qp:post_send{ mr = mr, len = 8 })
+  e.post_recv_reset = second(qp:post_recv{ mr = mr, len = 8 })
+  e.modify_bad = second(qp:modify{ state = "RTS", sq_psn = 0 })
+  e.dealloc_busy = second(pd:free())
+  e.destroy_cq_busy = second(cq:destroy())
+  e.ah_bad_port = second(dev:ah{ pd = pd, port = 9, dgid = V.LOOPBACK })
+  local entry = ffi.new("struct ibv_gid_entry")
+  e.gid_negative = C.tbrt_gid_query(dev.d, 1, -1, entry) .. " " .. dev:why()
+  e.gid_too_far = C.tbrt_gid_query(dev.d, 1, 999, entry) .. " " .. dev:why()
+  e.vendor_err_zero = ffi.string(C.tbrt_dev_vendor_err(dev.d, 0))
+  -- what the library itself fails, injected
+  e.modify_negative = second(failing("ibv_modify_qp:-EINVAL", qp.modify, qp,
+    { state = "INIT", port = 1, pkey_index = 0, access = verbs.ACCESS_ALL }))
+  assert(qp:modify{ state = "INIT", port = 1, pkey_index = 0, access = verbs.ACCESS_ALL })
+  e.post_recv = second(failing("post_recv:ENOMEM", qp.post_recv, qp, { mr = mr, len = 8 }))
+  e.poll = second(failing("poll_cq:EIO", cq.poll, cq, 4))
+  e.arm = failing("req_notify_cq:EIO", function()
+    return C.tbrt_cq_arm(cq.c) .. " " .. dev:why()
+  end)
+  e.channel_fd = second(failing("comp_channel_fd:EBADF", dev.cq, dev, 8))
+  e.destroy_qp = second(failing("ibv_destroy_qp:EIO", qp.destroy, qp))
+  assert(qp:destroy())
+  e.dereg = second(failing("ibv_dereg_mr:EIO", mr.dereg, mr))
+  assert(mr:dereg())
+  local ah = assert(dev:ah{ pd = pd, port = 1, dgid = V.LOOPBACK, sgid_index = V.loopback_gid(dev, 1) })
+  e.destroy_ah = failing("ibv_destroy_ah:EIO", function()
+    return C.tbrt_ah_destroy(ah) .. " " .. dev:why()
+  end)
+  assert(C.tbrt_ah_destroy(ah) == 0)
+  e.destroy_cq = second(failing("ibv_destroy_cq:EIO", cq.destroy, cq))
+  e.destroy_channel = second(failing("ibv_destroy_comp_channel:EIO", cq.destroy, cq))
+  e.dealloc = second(failing("ibv_dealloc_pd:EIO", pd.free, pd))
+  assert(pd:free())
+
+  -- UD chains: longer than the stack copy, a bad request in the middle,
+  -- an address handle of another device, a failing post
+  pd, cq = assert(dev:pd()), assert(dev:cq(256))
+  local x = assert(pd:qp{ type = "UD", send_cq = cq, recv_cq = cq, send_wr = 64, recv_wr = 64 })
+  local y = assert(pd:qp{ type = "UD", send_cq = cq, recv_cq = cq, send_wr = 64, recv_wr = 64 })
+  for _, q in ipairs { x, y } do
+    assert(q:modify{ state = "INIT", port = 1, pkey_index = 0, qkey = 0x1234 })
+    assert(q:modify{ state = "RTR" })
+    assert(q:modify{ state = "RTS", sq_psn = 0 })
+  end
+  local ubuf = ffi.new("uint8_t[65536]")
+  mr = assert(pd:reg(ubuf, 65536))
+  for i = 0, 19 do assert(y:post_recv{ mr = mr, offset = 1024 + i * 1024, len = 1024, wr_id = i }) end
+  ah = assert(dev:ah{ pd = pd, port = 1, dgid = V.LOOPBACK, sgid_index = V.loopback_gid(dev, 1) })
+  local bad = ffi.new("struct ibv_send_wr *[1]")
+  local wrs, keep = ud_chain(17, mr, ah, y.num)
+  e.ud_chain_rc = C.tbrt_post_send(x.q, wrs, bad)
+  local got = assert(cq:wait(34, 2))
+  local recvs = 0
+  for _, w in ipairs(got) do if w.opcode == "RECV" and w.status == "IBV_WC_SUCCESS" then recvs = recvs + 1 end end
+  e.ud_chain_recvs = recvs
+  wrs, keep = ud_chain(3, mr, ah, y.num)
+  wrs[1].opcode = C.IBV_WR_RDMA_WRITE     -- not on UD: the device refuses it
+  e.ud_bad_rc = C.tbrt_post_send(x.q, wrs, bad)
+  e.ud_bad_index = bad[0] ~= nil and tonumber(ffi.cast("uintptr_t", bad[0]) -
+    ffi.cast("uintptr_t", wrs)) / ffi.sizeof("struct ibv_send_wr") or -1
+  e.ud_bad_why = dev:why()
+  local dev2 = assert(verbs.open("softib0"))
+  local pd2 = assert(dev2:pd())
+  local ah2 = assert(dev2:ah{ pd = pd2, port = 1, dgid = V.LOOPBACK, sgid_index = 0 })
+  wrs, keep = ud_chain(1, mr, ah2, y.num)
+  e.ud_other_dev = C.tbrt_post_send(x.q, wrs, bad) .. " " .. dev:why()
+  wrs, keep = ud_chain(2, mr, ah, y.num)
+  e.ud_post_fail = failing("post_send:EIO", function()
+    local rc = C.tbrt_post_send(x.q, wrs, bad)
+    return rc .. " " .. tostring(bad[0] == wrs) .. " " .. dev:why()
+  end)
+  local _ = keep
+  dev2:close()
+  -- a library whose _ibv_query_gid_ex is not supported: untyped from then on
+  local dev3 = assert(verbs.open("softib0"))
+  e.untyped_too_far = failing("_ibv_query_gid_ex:EOPNOTSUPP", function()
+    return C.tbrt_gid_query(dev3.d, 1, 999, entry) .. " " .. dev3:why()
+  end)
+  e.untyped_after = C.tbrt_gid_query(dev3.d, 1, V.loopback_gid(dev3, 1), entry)
+  dev3:close()
+  -- close with every destroy failing: it still gets to the context
+  ffi.load(os.getenv("TBRT_IBVERBS_LIB")).shim_trace_reset()
+  failing("ibv_destroy_qp:EIO,ibv_destroy_ah:EIO,ibv_dereg_mr:EIO,ibv_destroy_cq:EIO," ..
+    "ibv_dealloc_pd:EIO", dev.close, dev)
+  shim_report()
+
+  -- a device without a name
+  local list = failing("ibv_get_device_name:EIO", tbrt.devices)
+  for _, d in ipairs(list) do if d.kind == "ibverbs" then e.nameless = d end end
+  e.open_nameless = second(failing("ibv_get_device_name:EIO", verbs.open, "softib0"))
+end
+
 -- ---- link: a pair in this process --------------------------------------------
 
 local function link_case(stride_b)
@@ -295,6 +435,7 @@ end
 
 if mode == "list" then list()
 elseif mode == "verbs" then verbs_case(tonumber(arg[2]) or 1)
+elseif mode == "errors" then errors_case()
 elseif mode == "link" then link_case(tonumber(arg[2]))
 elseif mode == "serve" or mode == "connect" then two_process(mode, arg[2])
 else error("child.lua: unknown mode " .. tostring(mode)) end

@@ -20,8 +20,11 @@
  *   TBRT_SHIM_PERSONALITY  the soft personality under them
  *   TBRT_SHIM_COMPAT_CONTEXT=1  a plain ibv_context (no verbs_context), so
  *                          ports are queried through the exported call
- *   TBRT_SHIM_FAIL         "ibv_create_cq:ENOMEM,ibv_open_device:EACCES":
- *                          make those calls fail with that errno
+ *   TBRT_SHIM_FAIL         "ibv_create_cq:ENOMEM,ibv_modify_qp:-EINVAL": make
+ *                          those calls fail with that errno (negative: as
+ *                          -errno); data path ops are named post_send,
+ *                          post_recv, poll_cq, req_notify_cq; comp_channel_fd
+ *                          gives a channel with a bad fd
  *   TBRT_SHIM_DEBUG=1      print tbrt's reason for every failure to stderr
  *
  * For the specs it also exports shim_trace() (the object lifecycle calls in
@@ -30,6 +33,7 @@
 #ifndef TBRT_SHIM_H
 #define TBRT_SHIM_H
 
+#include <errno.h>
 #include <stdbool.h>
 
 #include "tbrt.h"
@@ -85,8 +89,27 @@ void shim_log(const char *call);
 enum shim_counter { SC_POST_SEND, SC_POST_RECV, SC_POLL_CQ, SC_REQ_NOTIFY, SC_GET_EVENT,
                     SC_ACK_EVENTS, SC_COUNT };
 void shim_count(enum shim_counter c);
-/* The errno TBRT_SHIM_FAIL asks this call to fail with, or 0. */
+/* The errno TBRT_SHIM_FAIL asks this call to fail with, or 0; negative
+ * for "call:-EINVAL" (a provider that returns -errno). */
 int shim_should_fail(const char *call);
+/* Fail the call when TBRT_SHIM_FAIL names it: a creator returns NULL with
+ * errno, a call that returns an errno value returns it. */
+#define SHIM_FAIL_NULL(call)                                                   \
+    do {                                                                       \
+        int e_ = shim_should_fail(call);                                       \
+        if (e_) {                                                              \
+            errno = e_ < 0 ? -e_ : e_;                                         \
+            return NULL;                                                       \
+        }                                                                      \
+    } while (0)
+#define SHIM_FAIL_INT(call)                                                    \
+    do {                                                                       \
+        int e_ = shim_should_fail(call);                                       \
+        if (e_) {                                                              \
+            errno = e_ < 0 ? -e_ : e_;                                         \
+            return e_;                                                         \
+        }                                                                      \
+    } while (0)
 /* A tbrt call failed with rc (-errno): report (TBRT_SHIM_DEBUG) and
  * return the errno. */
 int shim_failed(const char *call, int rc, tbrt_dev *dev);

@@ -61,11 +61,16 @@ int shim_should_fail(const char *call)
         if (!starts || p[n] != ':')
             continue;
         const char *e = p + n + 1;
+        int sign = 1;
+        if (*e == '-') {
+            sign = -1;
+            e++;
+        }
         size_t len = strcspn(e, ",");
         for (size_t i = 0; i < sizeof errnames / sizeof errnames[0]; i++)
             if (strlen(errnames[i].name) == len && strncmp(errnames[i].name, e, len) == 0)
-                return errnames[i].err;
-        return EIO;
+                return sign * errnames[i].err;
+        return sign * EIO;
     }
     return 0;
 }
@@ -77,16 +82,6 @@ int shim_failed(const char *call, int rc, tbrt_dev *dev)
                 dev ? tbrt_dev_why(dev) : "");
     return rc < 0 ? -rc : EIO;
 }
-
-/* Fail the call (return value `ret`, errno set) when TBRT_SHIM_FAIL says so. */
-#define INJECT(call, ret)                                                      \
-    do {                                                                       \
-        int e_ = shim_should_fail(call);                                       \
-        if (e_) {                                                              \
-            errno = e_;                                                        \
-            return ret;                                                        \
-        }                                                                      \
-    } while (0)
 
 /* ---- devices ------------------------------------------------------------------------ */
 
@@ -104,7 +99,7 @@ static int device_count(void)
 
 struct ibv_device **ibv_get_device_list(int *num_devices)
 {
-    INJECT("ibv_get_device_list", NULL);
+    SHIM_FAIL_NULL("ibv_get_device_list");
     int n = device_count();
     struct ibv_device **list = calloc((size_t)n + 1, sizeof *list);
     if (!list) {
@@ -127,11 +122,15 @@ struct ibv_device **ibv_get_device_list(int *num_devices)
 
 void ibv_free_device_list(struct ibv_device **list) { free(list); }
 
-const char *ibv_get_device_name(struct ibv_device *device) { return device->name; }
+const char *ibv_get_device_name(struct ibv_device *device)
+{
+    SHIM_FAIL_NULL("ibv_get_device_name");
+    return device->name;
+}
 
 struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
-    INJECT("ibv_open_device", NULL);
+    SHIM_FAIL_NULL("ibv_open_device");
     int index = (int)(device - devices);
     if (index < 0 || index >= SHIM_MAX_DEVICES) {
         errno = ENODEV;
@@ -190,7 +189,7 @@ int ibv_close_device(struct ibv_context *context)
 
 int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr)
 {
-    INJECT("ibv_query_device", errno);
+    SHIM_FAIL_INT("ibv_query_device");
     tbrt_dev *dev = shim_ctx_of(context)->dev;
     int rc = tbrt_dev_query(dev, attr);
     return rc ? shim_failed("ibv_query_device", rc, dev) : 0;
@@ -206,7 +205,7 @@ static int port_attr(struct ibv_context *context, uint8_t port, struct ibv_port_
 static int vctx_query_port(struct ibv_context *context, uint8_t port,
                            struct ibv_port_attr *attr, size_t len)
 {
-    INJECT("ibv_query_port", errno);
+    SHIM_FAIL_INT("ibv_query_port");
     shim_log("verbs_context.query_port");
     struct ibv_port_attr a;
     int rc = port_attr(context, port, &a);
@@ -220,7 +219,7 @@ static int vctx_query_port(struct ibv_context *context, uint8_t port,
 int ibv_query_port(struct ibv_context *context, uint8_t port,
                    struct _compat_ibv_port_attr *attr)
 {
-    INJECT("ibv_query_port", errno);
+    SHIM_FAIL_INT("ibv_query_port");
     shim_log("ibv_query_port");
     struct ibv_port_attr a;
     int rc = port_attr(context, port, &a);
@@ -232,7 +231,10 @@ int ibv_query_port(struct ibv_context *context, uint8_t port,
 /* As rdma-core: 0, or -1 with errno; an empty entry reads as a zero GID. */
 int ibv_query_gid(struct ibv_context *context, uint8_t port, int index, union ibv_gid *gid)
 {
-    INJECT("ibv_query_gid", -1);
+    if (shim_should_fail("ibv_query_gid")) {
+        errno = abs(shim_should_fail("ibv_query_gid"));
+        return -1;
+    }
     tbrt_dev *dev = shim_ctx_of(context)->dev;
     struct ibv_gid_entry e;
     int rc = tbrt_gid_query(dev, port, index, &e);
@@ -253,7 +255,7 @@ int ibv_query_gid(struct ibv_context *context, uint8_t port, int index, union ib
 int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port, uint32_t index,
                       struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size)
 {
-    INJECT("_ibv_query_gid_ex", shim_should_fail("_ibv_query_gid_ex"));
+    SHIM_FAIL_INT("_ibv_query_gid_ex");
     if (flags || entry_size < sizeof *entry || port > 255 || index > 0x7fffffff)
         return EINVAL;
     tbrt_dev *dev = shim_ctx_of(context)->dev;

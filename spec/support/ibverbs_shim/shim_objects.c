@@ -14,15 +14,6 @@
 
 #undef ibv_reg_mr
 
-#define INJECT(call, ret)                                                      \
-    do {                                                                       \
-        int e_ = shim_should_fail(call);                                       \
-        if (e_) {                                                              \
-            errno = e_;                                                        \
-            return ret;                                                        \
-        }                                                                      \
-    } while (0)
-
 static tbrt_dev *dev_of(struct ibv_context *c) { return shim_ctx_of(c)->dev; }
 
 /* Creators: NULL with errno from a tbrt return code. */
@@ -37,7 +28,7 @@ static void *fail_null(const char *call, int rc, tbrt_dev *dev, void *obj)
 
 struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 {
-    INJECT("ibv_alloc_pd", NULL);
+    SHIM_FAIL_NULL("ibv_alloc_pd");
     struct shim_pd *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
@@ -52,6 +43,7 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 
 int ibv_dealloc_pd(struct ibv_pd *pd)
 {
+    SHIM_FAIL_INT("ibv_dealloc_pd");
     struct shim_pd *p = (struct shim_pd *)pd;
     int rc = tbrt_pd_free(p->t);
     if (rc)
@@ -67,10 +59,15 @@ int ibv_dealloc_pd(struct ibv_pd *pd)
  * readable when any of them has an event. */
 struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
 {
-    INJECT("ibv_create_comp_channel", NULL);
+    SHIM_FAIL_NULL("ibv_create_comp_channel");
     struct ibv_comp_channel *ch = calloc(1, sizeof *ch);
     if (!ch)
         return NULL;
+    ch->context = context;
+    if (shim_should_fail("comp_channel_fd")) {
+        ch->fd = -1;            /* a broken channel, for the caller's checks */
+        return ch;
+    }
     ch->fd = epoll_create1(EPOLL_CLOEXEC);
     if (ch->fd < 0) {
         int e = errno;
@@ -78,17 +75,18 @@ struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
         errno = e;
         return NULL;
     }
-    ch->context = context;
     shim_log("ibv_create_comp_channel");
     return ch;
 }
 
 int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 {
+    SHIM_FAIL_INT("ibv_destroy_comp_channel");
     if (channel->refcnt)
         return EBUSY;
     shim_log("ibv_destroy_comp_channel");
-    close(channel->fd);
+    if (channel->fd >= 0)
+        close(channel->fd);
     free(channel);
     return 0;
 }
@@ -96,7 +94,7 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
                              struct ibv_comp_channel *channel, int comp_vector)
 {
-    INJECT("ibv_create_cq", NULL);
+    SHIM_FAIL_NULL("ibv_create_cq");
     if (comp_vector != 0) {
         errno = EINVAL;
         return NULL;
@@ -130,6 +128,7 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 
 int ibv_destroy_cq(struct ibv_cq *cq)
 {
+    SHIM_FAIL_INT("ibv_destroy_cq");
     struct shim_cq *c = (struct shim_cq *)cq;
     int fd = c->t->fd;
     if (cq->channel)
@@ -185,6 +184,9 @@ void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 
 int shim_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
+    int e = shim_should_fail("poll_cq");
+    if (e)
+        return e < 0 ? e : -e;  /* providers return a negative value */
     shim_count(SC_POLL_CQ);
     int got = tbrt_cq_poll(((struct shim_cq *)cq)->t, n, wc);
     if (got < 0)
@@ -194,6 +196,7 @@ int shim_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 
 int shim_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
+    SHIM_FAIL_INT("req_notify_cq");
     (void)solicited_only;       /* every completion is an event here */
     shim_count(SC_REQ_NOTIFY);
     int rc = tbrt_cq_arm(((struct shim_cq *)cq)->t);
@@ -204,7 +207,7 @@ int shim_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-    INJECT("ibv_create_qp", NULL);
+    SHIM_FAIL_NULL("ibv_create_qp");
     if (attr->srq) {
         errno = EOPNOTSUPP;
         return NULL;
@@ -238,7 +241,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 
 int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 {
-    INJECT("ibv_modify_qp", errno);
+    SHIM_FAIL_INT("ibv_modify_qp");
     int rc = tbrt_qp_modify(((struct shim_qp *)qp)->t, attr, mask);
     if (rc)
         return shim_failed("ibv_modify_qp", rc, dev_of(qp->context));
@@ -249,6 +252,7 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 
 int ibv_destroy_qp(struct ibv_qp *qp)
 {
+    SHIM_FAIL_INT("ibv_destroy_qp");
     struct shim_qp *q = (struct shim_qp *)qp;
     int rc = tbrt_qp_destroy(q->t);
     if (rc)
@@ -263,6 +267,11 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 /* The caller's UD address handles are the shim's: swap in tbrt's. */
 int shim_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
+    int e = shim_should_fail("post_send");
+    if (e) {
+        *bad = wr;
+        return e;
+    }
     shim_count(SC_POST_SEND);
     tbrt_qp *t = ((struct shim_qp *)qp)->t;
     int rc;
@@ -286,6 +295,11 @@ int shim_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr
 
 int shim_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
+    int e = shim_should_fail("post_recv");
+    if (e) {
+        *bad = wr;
+        return e;
+    }
     shim_count(SC_POST_RECV);
     tbrt_qp *t = ((struct shim_qp *)qp)->t;
     int rc = tbrt_post_recv(t, wr, bad);
@@ -296,7 +310,7 @@ int shim_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr
 
 struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
 {
-    INJECT("ibv_reg_mr", NULL);
+    SHIM_FAIL_NULL("ibv_reg_mr");
     struct shim_mr *m = calloc(1, sizeof *m);
     if (!m)
         return NULL;
@@ -311,6 +325,7 @@ struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int acce
 
 int ibv_dereg_mr(struct ibv_mr *mr)
 {
+    SHIM_FAIL_INT("ibv_dereg_mr");
     struct shim_mr *m = (struct shim_mr *)mr;
     int rc = tbrt_mr_dereg(m->t);
     if (rc)
@@ -322,7 +337,7 @@ int ibv_dereg_mr(struct ibv_mr *mr)
 
 struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
-    INJECT("ibv_create_ah", NULL);
+    SHIM_FAIL_NULL("ibv_create_ah");
     struct shim_ah *a = calloc(1, sizeof *a);
     if (!a)
         return NULL;
@@ -336,6 +351,7 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 
 int ibv_destroy_ah(struct ibv_ah *ah)
 {
+    SHIM_FAIL_INT("ibv_destroy_ah");
     struct shim_ah *a = (struct shim_ah *)ah;
     int rc = tbrt_ah_destroy(a->t);
     if (rc)
