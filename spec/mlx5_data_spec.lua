@@ -71,6 +71,25 @@ describe("mlx5 data path on two model NICs", function()
     assert.matches("^ENODEV: mlx5 0000:99:00.0: no way to the device: vfio: .*; sysfs: .*resource0", err)
   end)
 
+  it("brings up a real ConnectX bound to vfio-pci", function()
+    local n = C.tbrt_devices(nil, 0)
+    local list = ffi.new("tbrt_devinfo[?]", n)
+    C.tbrt_devices(list, n)
+    local hw
+    for i = 0, n - 1 do
+      local name = ffi.string(list[i].name)
+      if ffi.string(list[i].kind) == "mlx5" and name ~= "mlx5:model0" and list[i].usable == 1 then hw = name end
+    end
+    if not hw then
+      pending("hw: no Mellanox PCI device bound to vfio-pci here")
+      return
+    end
+    local dev = assert(mlx5.open{ pci = hw:sub(6) })
+    local caps = assert(dev:cmd("QUERY_HCA_CAP", { op_mod = 1 }))
+    assert.equal(12, caps["capability.cmd_hca_cap.log_pg_sz"])
+    assert(dev:close())
+  end)
+
   it("reports RoCE v2 GIDs: link-local first, then ::ffff:127.0.0.1 among the host's", function()
     a = X.side("mlx5:model0")
     local gids = assert(a.dev:gids(1))
