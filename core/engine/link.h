@@ -52,7 +52,6 @@ struct tbrt_link {
     bool peer_dead;             /* the bootstrap socket failed */
     bool fallback;              /* RDMA link that fell back to TCP */
     double last_live_check;
-    unsigned idle_polls;
     int inject;                 /* test hook: corrupt the next frame */
 
     /* rdma */

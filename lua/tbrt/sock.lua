@@ -28,7 +28,7 @@ end
 
 local function from_handle(h, what)
   local fd = h:fileno()
-  local nfd = fd and C.dup(fd) or -1
+  local nfd = fd and libc.dup(fd) or -1
   h:close()
   if nfd < 0 then return nil, "EBADF: " .. what .. ": cannot take the socket over" end
   return setmetatable({ fd = nfd, what = what }, Sock)
