@@ -328,6 +328,18 @@ describe("ibverbs device", function()
       assert.equal("ibv_close_device", res.trace)
     end)
 
+    it("puts the soft personality TBRT_SHIM_PERSONALITY names under its devices", function()
+      -- a LINUX-flavored library over apple-uc: the engine asks for RC, the
+      -- soft device refuses, and only errno crosses libibverbs (the shim's
+      -- TBRT_SHIM_DEBUG shows the soft device's reason)
+      local res, r = child({ "list" }, { TBRT_IBVERBS_LIB = SHIM,
+        TBRT_SHIM_PERSONALITY = "apple-uc", TBRT_SHIM_DEBUG = "1" })
+      contains(res.probe, "EOPNOTSUPP: link 1: probe: create_qp: softib0: create_qp RC (send 16 " ..
+        "x 1 sge, recv 16 x 1 sge): Operation not supported")
+      contains(r.stderr, "libibverbs-soft: ibv_create_qp: EOPNOTSUPP: soft0 (apple-uc): " ..
+        "create_qp: RC queue pairs are not supported")
+    end)
+
     it("falls back to untyped GIDs when _ibv_query_gid_ex is not supported", function()
       local res = child({ "list" }, { TBRT_IBVERBS_LIB = SHIM,
         TBRT_SHIM_FAIL = "_ibv_query_gid_ex:EOPNOTSUPP" })
