@@ -29,6 +29,8 @@
 /* Exit code for an uncaught error, as luajit uses. */
 #define EXIT_ERROR 1
 
+int luaopen_tbrt_fdpoll(lua_State *L); /* fdpoll.c */
+
 /* Error handler for lua_pcall: the message (or a description of a
  * non-string error object) followed by the traceback of where it was
  * raised. */
@@ -191,6 +193,11 @@ static int open_luv(lua_State *L)
     lua_pushcfunction(L, luaopen_luv);
     lua_call(L, 0, 1);
     lua_setfield(L, -2, "luv");
+    lua_pop(L, 1);
+    /* fd readiness without luv's stderr noise on POLLERR (fdpoll.c) */
+    lua_getfield(L, -1, "preload");
+    lua_pushcfunction(L, luaopen_tbrt_fdpoll);
+    lua_setfield(L, -2, "tbrt.fdpoll");
     lua_pop(L, 2);
     return 0;
 }

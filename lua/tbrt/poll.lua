@@ -18,6 +18,11 @@ return function(task)
 
   local polls = {}    -- fd -> { handle, waiters = { [w] = "r" | "w" | "rw" }, mask }
 
+  -- The tbrt program's own poll handles (bindings/host/fdpoll.c) keep quiet
+  -- about POLLERR, which luv prints; plain luajit falls back to luv's.
+  local has_fdpoll, fdpoll = pcall(require, "tbrt.fdpoll")
+  local new_poll = has_fdpoll and fdpoll.new or uv.new_poll
+
   local function wanted_mask(p)
     local r, w = false, false
     for _, ev in pairs(p.waiters) do
@@ -46,7 +51,7 @@ return function(task)
   local function poll_of(fd)
     local p = polls[fd]
     if p then return p end
-    local handle, err = uv.new_poll(fd)
+    local handle, err = new_poll(fd)
     if not handle then return nil, err end
     p = { fd = fd, handle = handle, waiters = {}, mask = "" }
     p.on_events = function(e, events)
