@@ -30,6 +30,7 @@ enum {
     MLX5OP_CMD_dealloc_uar = MLX5OP_DEALLOC_UAR,
     MLX5OP_CMD_query_nic_vport_context = MLX5OP_QUERY_NIC_VPORT_CONTEXT,
     MLX5OP_CMD_modify_nic_vport_context = MLX5OP_MODIFY_NIC_VPORT_CONTEXT,
+    MLX5OP_CMD_query_vport_state = MLX5OP_QUERY_VPORT_STATE,
     MLX5OP_CMD_alloc_pd = MLX5OP_ALLOC_PD,
     MLX5OP_CMD_dealloc_pd = MLX5OP_DEALLOC_PD,
     MLX5OP_CMD_create_mkey = MLX5OP_CREATE_MKEY,
@@ -189,6 +190,14 @@ int mlx5_modify_nic_vport_context_roce_en(struct mlx5_hca *h, int enable)
     ISET(in, modify_nic_vport_context_in, field_select_roce_en, 1);
     ISET(in, modify_nic_vport_context_in, nic_vport_context_roce_en, enable ? 1 : 0);
     return RUN();
+}
+
+int mlx5_query_vport_state(struct mlx5_hca *h, uint32_t *state)
+{
+    CMD(query_vport_state);
+    int rc = RUN();
+    *state = IGET(out, query_vport_state_out, state);
+    return rc;
 }
 
 int mlx5_alloc_pd(struct mlx5_hca *h, uint32_t *pd)

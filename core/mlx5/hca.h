@@ -101,6 +101,7 @@ int mlx5_alloc_uar(struct mlx5_hca *h, uint32_t *uar);
 int mlx5_dealloc_uar(struct mlx5_hca *h, uint32_t uar);
 int mlx5_query_nic_vport_context(struct mlx5_hca *h, uint8_t mac[6], int *roce_en);
 int mlx5_modify_nic_vport_context_roce_en(struct mlx5_hca *h, int enable);
+int mlx5_query_vport_state(struct mlx5_hca *h, uint32_t *state);
 int mlx5_alloc_pd(struct mlx5_hca *h, uint32_t *pd);
 int mlx5_dealloc_pd(struct mlx5_hca *h, uint32_t pd);
 int mlx5_create_mkey_pa(struct mlx5_hca *h, uint32_t pd, uint32_t *mkey);

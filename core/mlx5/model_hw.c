@@ -17,7 +17,8 @@
 #include "util/util.h"
 
 enum {
-    MAX_CMD_LEN = 1 << 20,       /* larger streams are refused (delivery length error) */
+    MAX_CMD_LEN = 4 << 20,       /* larger streams are refused (delivery length error);
+                                  * 4 MiB carries the MTT of a 2 GiB region */
     IDLE_POLL_MS = 100,          /* the thread checks stop this often when idle */
 };
 

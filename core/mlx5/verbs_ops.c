@@ -22,6 +22,7 @@ enum {
     MAX_QPS_PER_DEV = 256,
     PORT_GID_TABLE = HCA_MAX_GIDS,
     VENDOR_MELLANOX_OUI = 0x02c9,   /* ibv_device_attr.vendor_id of mlx5 devices */
+    VPORT_STATE_UP = 1,             /* query_vport_state_out.state */
 };
 
 struct mdev {
@@ -166,12 +167,11 @@ static int m_query_port(tbrt_dev *dev, uint8_t port, struct ibv_port_attr *a)
 {
     if (port != 1)
         return dev_fail(dev, EINVAL, "query_port: port %u does not exist (1..1)", port);
-    uint8_t in[MLX5S_query_vport_state_in] = {0}, out[MLX5S_query_vport_state_out] = {0};
-    ISET(in, query_vport_state_in, opcode, MLX5OP_QUERY_VPORT_STATE);
-    int rc = cmd_exec(H(dev), in, sizeof in, out, sizeof out);
+    uint32_t state;
+    int rc = mlx5_query_vport_state(H(dev), &state);
     if (rc < 0)
         return failh(dev, rc, "query_port");
-    a->state = IGET(out, query_vport_state_out, state) == 1 ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+    a->state = state == VPORT_STATE_UP ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
     a->max_mtu = IBV_MTU_4096;
     a->active_mtu = IBV_MTU_1024; /* 1500-byte Ethernet */
     a->gid_tbl_len = PORT_GID_TABLE;
