@@ -175,7 +175,11 @@ int link_select_device(tbrt_link *l, char *err, size_t errlen)
                 }
                 tbrt_dev_close(dev);
             }
-            str_append(reasons, sizeof reasons, "%s%s: %s", reasons[0] ? "; " : "", d->name, why);
+            /* a device's own message already starts with its name */
+            size_t nl = strlen(d->name);
+            bool named = strncmp(why, d->name, nl) == 0 && why[nl] == ':';
+            str_append(reasons, sizeof reasons, "%s%s%s%s", reasons[0] ? "; " : "",
+                       named ? "" : d->name, named ? "" : ": ", why);
         }
     }
     if (!reasons[0]) {
