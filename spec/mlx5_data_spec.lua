@@ -285,8 +285,8 @@ describe("mlx5 data path on two model NICs", function()
 
   it("moves SEND and RDMA WRITE between model NICs in two processes", function()
     local dir = H.tmpdir()
-    local cmd = string.format("(TBRT_BUILD='%s' '%s' '%s/spec/support/mlx5_peer.lua' '%s' > '%s/peer.out' 2>&1; echo $? > '%s/peer.rc') &",
-      H.build, H.tbrt, H.root, dir, dir, dir)
+    local cmd = string.format("(TBRT_BUILD='%s' '%s' '%s/spec/support/mlx5_peer.lua' '%s' > '%s/peer.out' 2>&1; echo $? > '%s/peer.rc.tmp'; mv '%s/peer.rc.tmp' '%s/peer.rc') &",
+      H.build, H.tbrt, H.root, dir, dir, dir, dir, dir)
     os.execute(cmd)
     a = X.side("mlx5:model0")
     local peer = X.await(dir .. "/peer.info", 15)

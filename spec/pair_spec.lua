@@ -36,7 +36,11 @@ for _, case in ipairs(CASES) do
         local buf = L.pattern(n, n % 251)
         assert(l:send(buf, n)) ; assert(l:flush())
         local got, err = l:recv_into(back, n, 30)
-        assert(got, err)
+        if not got then
+          local r = peer:wait(5)
+          error(string.format("%s\n(peer: exit %s, signal %s, stderr: %s)", err, tostring(r.code),
+            tostring(r.signal), r.stderr), 0)
+        end
         assert.equal(n, got)
         assert.is_nil(L.check(back, n, n % 251), "echo of " .. n .. " bytes")
       end

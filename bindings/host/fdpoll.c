@@ -17,11 +17,16 @@
 
 #include <lauxlib.h>
 #include <lua.h>
+#include <luv/lhandle.h>
 #include <luv/luv.h>
 
 #define FDPOLL_MT "tbrt.fdpoll"
 
 struct fdpoll {
+    /* first: what luv expects in handle->data, so uv.walk (which visits
+     * every handle on the loop) finds this handle's userdata and can call
+     * its close / is_closing like a luv handle's */
+    luv_handle_t luv;
     uv_poll_t handle;
     lua_State *L;
     int self_ref;   /* keeps the userdata alive while the handle is open */
@@ -82,6 +87,10 @@ static int l_new(lua_State *L)
     lua_setmetatable(L, -2);
     lua_pushvalue(L, -1);
     p->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    p->luv.ref = p->self_ref;
+    p->luv.callbacks[0] = p->luv.callbacks[1] = LUA_NOREF;
+    p->luv.ctx = luv_context(L);
+    p->handle.data = p;
     return 1;
 }
 
@@ -116,7 +125,10 @@ static int l_stop(lua_State *L)
 
 static void on_close(uv_handle_t *h)
 {
-    free(h->data);
+    struct fdpoll *p = h->data;
+    /* like luv, keep the userdata alive until the handle is really closed */
+    luaL_unref(p->L, LUA_REGISTRYINDEX, p->self_ref);
+    free(p);
 }
 
 static int l_close(lua_State *L)
@@ -128,8 +140,7 @@ static int l_close(lua_State *L)
     p->closing = 1;
     luaL_unref(L, LUA_REGISTRYINDEX, p->cb_ref);
     p->cb_ref = LUA_NOREF;
-    luaL_unref(L, LUA_REGISTRYINDEX, p->self_ref);
-    b->p = NULL;
+    b->p = NULL;                /* the box forgets it; on_close frees it */
     uv_close((uv_handle_t *)&p->handle, on_close);
     return 0;
 }
@@ -141,6 +152,14 @@ static int l_is_closing(lua_State *L)
     return 1;
 }
 
+/* The userdata goes when its handle has closed (on_close frees it). */
+static int l_gc(lua_State *L)
+{
+    struct fdpoll_box *b = luaL_checkudata(L, 1, FDPOLL_MT);
+    b->p = NULL;
+    return 0;
+}
+
 int luaopen_tbrt_fdpoll(lua_State *L)
 {
     static const luaL_Reg methods[] = {
@@ -148,6 +167,8 @@ int luaopen_tbrt_fdpoll(lua_State *L)
         {"is_closing", l_is_closing}, {NULL, NULL},
     };
     if (luaL_newmetatable(L, FDPOLL_MT)) {
+        lua_pushcfunction(L, l_gc);
+        lua_setfield(L, -2, "__gc");
         lua_newtable(L);
         luaL_register(L, NULL, methods);
         lua_setfield(L, -2, "__index");

@@ -14,11 +14,15 @@
  *             same contents at the same address, so a peer can map the
  *             registered range and copy straight into it.
  *
- * A transfer is therefore one memcpy, done by the sending process, from its
- * registered buffer into the receiver's posted buffer (the "DMA"), followed
- * by a completion written into the receiver's completion queue. Nothing is
- * staged in between. The "hardware" runs only when a process calls in
- * (post_send, poll_cq); the engine polls, so that is enough.
+ * A transfer is therefore one memcpy from the sender's registered buffer
+ * into the receiver's posted buffer (the "DMA"), followed by completions
+ * written into both completion queues. Nothing is staged in between.
+ *
+ * Who does the copy: the send queue lives in shared memory too, and either
+ * end may execute it (one at a time, under a lock in the queue): the sender
+ * when it posts or polls, the receiver when it posts a receive or polls with
+ * nothing to do. So a posted send moves without its sender calling in
+ * again, as on hardware, and the copying spreads over both processes.
  *
  * Threading: one device context is used by one thread at a time. The shared
  * structures are safe against the peer processes (atomics), not against two
@@ -127,24 +131,61 @@ struct soft_rqe {
     struct ibv_sge sge[SOFT_MAX_SGE];
 };
 
-/* The shared half of a queue pair. */
+/* A posted send, in shared memory so either end can execute it. No
+ * pointers: the address handle of a UD send is copied in. */
+struct soft_swr {
+    uint64_t wr_id;
+    uint32_t opcode;            /* enum ibv_wr_opcode */
+    uint32_t send_flags;
+    uint32_t imm_data;          /* as given (network order) */
+    uint32_t num_sge;
+    uint64_t remote_addr;
+    uint32_t rkey;
+    uint32_t remote_qpn;        /* UD */
+    uint32_t remote_qkey;       /* UD */
+    uint8_t dgid[16];           /* UD: from the address handle */
+    uint8_t sgid_index;
+    uint8_t signaled;
+    uint16_t pad;
+    uint32_t frames;
+    uint64_t total;
+    int32_t rnr_count;
+    uint32_t pad2;
+    uint64_t first_try_ns;      /* RC: first try without an answer */
+    uint64_t next_try_ns;       /* RC: after an RNR NAK */
+    struct ibv_sge sge[SOFT_MAX_SGE];
+    uint8_t inl[256];           /* IBV_SEND_INLINE data, copied at post */
+};
+
+/* The shared half of a queue pair: state, receive queue, send queue. */
 struct soft_qp_shared {
     _Atomic uint32_t state;     /* enum ibv_qp_state */
-    _Atomic uint32_t remote_err; /* set by a peer that moved us to ERR */
+    _Atomic uint32_t remote_err; /* set by whoever moved it to ERR remotely */
     uint32_t qp_type;
     uint32_t qpn;
     uint32_t pd;
     uint32_t qkey;
     uint32_t min_rnr_timer;     /* responder's RNR NAK timer code */
     uint32_t rq_cap;            /* slots in rq[] */
-    uint64_t recv_cq_off;       /* recv CQ's shared block in the owner ctx */
+    uint64_t recv_cq_off;       /* CQ blocks in the owner ctx */
+    uint64_t send_cq_off;
     _Atomic uint64_t rq_prod;   /* owner: next slot to fill */
     _Atomic uint64_t rq_cons;   /* senders: next slot to take (CAS) */
-    /* credit flow: a sender found no receive; the owner pokes its socket */
-    _Atomic uint32_t credit_wait;
-    char credit_sock[SOFT_SOCK_NAME];
+    /* send queue: slots [sq_head, sq_tail) wait to be executed */
+    uint32_t sq_cap;
+    uint32_t dest_qpn;          /* RC/UC: the connected peer, from RTR */
+    uint64_t sq_off;            /* soft_swr[sq_cap] at this offset in the block */
+    _Atomic int32_t sq_lock;    /* pid of the executor, 0 when free */
+    uint8_t timeout, retry_cnt, rnr_retry, mtu;
+    _Atomic uint64_t sq_head;   /* executor: next to run */
+    _Atomic uint64_t sq_tail;   /* owner: next free slot */
     struct soft_rqe rq[];
 };
+
+static inline struct soft_swr *soft_sq(struct soft_qp_shared *s)
+{
+    return (struct soft_swr *)((char *)s + s->sq_off);
+}
 
 struct soft_cqe {
     _Atomic uint64_t seq;       /* ticket + 1 once the entry is written */
@@ -216,6 +257,7 @@ struct soft_dev {
     struct soft_ctx_hdr *ctx;
     uint64_t attention_seen;
     int wake_fd;                /* unbound datagram socket for wakeups */
+    struct soft_peer *self;     /* this context as a peer (executing own queues) */
     /* objects */
     int nqp;
     struct soft_qp *qps;        /* list, for progress and flushes */
@@ -240,19 +282,6 @@ struct soft_cq {
     struct soft_cq *next;
 };
 
-/* A send work request waiting for its peer (credit, RNR retry, no ACK). */
-struct soft_swr {
-    struct ibv_send_wr wr;      /* sg_list points at sge[] */
-    struct ibv_sge sge[SOFT_MAX_SGE];
-    uint64_t total;
-    uint32_t frames;
-    bool signaled;
-    int rnr_count;
-    uint64_t first_try_ns;
-    uint64_t next_try_ns;
-    uint8_t inl[256];           /* IBV_SEND_INLINE data, copied at post */
-};
-
 struct soft_qp {
     tbrt_qp qp;
     struct soft_qp_shared *sh;
@@ -266,13 +295,12 @@ struct soft_qp {
     uint32_t dest_qpn;
     union ibv_gid dgid;
     uint32_t sq_psn, rq_psn;
-    uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer;
+    uint8_t min_rnr_timer;
     enum ibv_mtu mtu;
     int access;
     bool sq_sig_all;
-    /* send queue (private): pending WRs in order */
-    struct soft_swr *sq;
-    uint32_t sq_cap, sq_head, sq_count;
+    /* send queue accounting (the queue itself is shared) */
+    uint64_t sq_seen;           /* executed slots already accounted for */
     uint32_t sq_frames;         /* outstanding (apple depth accounting) */
     uint32_t rq_frames;         /* outstanding posted receive frames */
     uint64_t rq_frames_done;    /* frames of receives taken by peers */
@@ -350,9 +378,17 @@ void soft_check_attention(struct soft_dev *sd);
 /* soft_post.c */
 int soft_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int soft_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
-/* Run pending sends of every QP of the device (the "hardware"). */
+/* The "hardware": run our own pending sends, and our peers' sends that are
+ * waiting for us. */
 void soft_progress(struct soft_dev *sd);
 uint32_t soft_frames(uint64_t bytes);
+/* Take a send queue's executor lock (stealing it from a dead holder). */
+bool soft_sq_lock(struct soft_qp_shared *s);
+void soft_sq_unlock(struct soft_qp_shared *s);
+
+/* soft_exec.c: executing one send queue */
+void soft_sq_run(struct soft_dev *sd, struct soft_peer *owner, struct soft_qp_shared *sqp,
+                 struct soft_qp *local, uint64_t now);
 
 /* soft_gid.c */
 void soft_gid_build(struct soft_dev *sd);

@@ -44,6 +44,8 @@ struct soft_peer {
     uint32_t nmaps;
 };
 
+static int peer_map(struct soft_dev *sd, const struct soft_slot *s, struct soft_peer **out);
+
 static uint64_t random_id(void)
 {
     uint64_t v = 0;
@@ -133,6 +135,11 @@ int soft_fabric_open(struct soft_dev *sd)
     sd->wake_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (sd->wake_fd < 0)
         return dev_fail(&sd->dev, errno, "wake socket: %s", strerror(errno));
+    /* this context seen as a peer, to run our own queues with the same code */
+    struct soft_slot me = {.pid = getpid(), .ctx_fd = sd->ctx_fd, .ctx_id = sd->ctx->ctx_id};
+    int rc2 = peer_map(sd, &me, &sd->self);
+    if (rc2)
+        return dev_fail(&sd->dev, -rc2, "context: %s", strerror(-rc2));
     return 0;
 }
 
@@ -326,23 +333,20 @@ static int peer_map(struct soft_dev *sd, const struct soft_slot *s, struct soft_
         if (fd < 0) {
             int e = errno;
             free(p);
-            return dev_fail(&sd->dev, e == ENOENT ? ESRCH : e,
-                            "map peer context of pid %d (%s): %s", (int)s->pid, path,
-                            strerror(e));
+            return -(e == ENOENT ? ESRCH : e);   /* its process is gone */
         }
         p->base = mmap(NULL, SOFT_CTX_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         close(fd);
         if (p->base == MAP_FAILED) {
             int e = errno;
             free(p);
-            return dev_fail(&sd->dev, e, "map peer context of pid %d: %s", (int)s->pid,
-                            strerror(e));
+            return -e;
         }
         const struct soft_ctx_hdr *h = p->base;
         if (h->magic != SOFT_CTX_MAGIC || h->ctx_id != s->ctx_id) {
             munmap(p->base, SOFT_CTX_SIZE);
             free(p);
-            return dev_fail(&sd->dev, ESRCH, "peer context of pid %d is gone", (int)s->pid);
+            return -ESRCH;      /* the fd number now names something else */
         }
         if (!p->same_process)
             p->pidfd = pidfd_for(s->pid);
@@ -357,22 +361,21 @@ int soft_peer_lookup(struct soft_dev *sd, uint32_t qpn, struct soft_peer **peer,
                      struct soft_qp_shared **qp)
 {
     if (qpn < 2 || qpn > 0xffffff)
-        return dev_fail(&sd->dev, EINVAL, "QP number 0x%x is not a connectable QP", qpn);
+        return -EINVAL;
     struct soft_slot s;
     flock(sd->fabric_fd, LOCK_SH);
     s = sd->fabric->slots[qpn & (SOFT_SLOTS - 1)];
     flock(sd->fabric_fd, LOCK_UN);
     if (s.qpn != qpn)
-        return dev_fail(&sd->dev, ENOENT, "no QP 0x%x on the %s fabric", qpn, sd->p->name);
+        return -ENOENT;         /* no such QP on this fabric */
     if (pid_dead(s.pid))
-        return dev_fail(&sd->dev, ESRCH, "QP 0x%x belonged to pid %d, which is gone", qpn,
-                        (int)s.pid);
+        return -ESRCH;          /* its process is gone */
     int rc = peer_map(sd, &s, peer);
     if (rc)
         return rc;
     struct soft_qp_shared *q = soft_peer_at(*peer, s.qp_off);
     if (q->qpn != qpn)
-        return dev_fail(&sd->dev, ENOENT, "QP 0x%x was destroyed", qpn);
+        return -ENOENT;         /* destroyed meanwhile */
     *qp = q;
     return 0;
 }

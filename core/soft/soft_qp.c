@@ -27,9 +27,16 @@
 #include "soft/soft.h"
 #include "util/util.h"
 
-static size_t qp_bytes(uint32_t rq_cap)
+/* The shared block: header, receive queue, then the send queue. */
+static size_t sq_offset(uint32_t rq_cap)
 {
-    return sizeof(struct soft_qp_shared) + (size_t)rq_cap * sizeof(struct soft_rqe);
+    size_t off = sizeof(struct soft_qp_shared) + (size_t)rq_cap * sizeof(struct soft_rqe);
+    return (off + 63) & ~(size_t)63;
+}
+
+static size_t qp_bytes(uint32_t rq_cap, uint32_t sq_cap)
+{
+    return sq_offset(rq_cap) + (size_t)sq_cap * sizeof(struct soft_swr);
 }
 
 int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out)
@@ -66,27 +73,26 @@ int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out)
     struct soft_qp *q = calloc(1, sizeof *q);
     if (!q)
         return dev_fail(dev, ENOMEM, "create_qp: out of memory");
-    q->sq_cap = cap->max_send_wr;
-    q->sq = calloc(q->sq_cap, sizeof *q->sq);
-    uint32_t rq_cap = cap->max_recv_wr;
-    q->sh = q->sq ? soft_ctx_alloc(sd, qp_bytes(rq_cap), &q->sh_off) : NULL;
+    uint32_t sq_cap = cap->max_send_wr, rq_cap = cap->max_recv_wr;
+    q->sh = soft_ctx_alloc(sd, qp_bytes(rq_cap, sq_cap), &q->sh_off);
     if (!q->sh) {
-        free(q->sq);
         free(q);
         return dev_fail(dev, ENOMEM, "create_qp: device context full");
     }
     uint32_t qpn;
     int rc = soft_slot_alloc(sd, q->sh_off, (uint32_t)t, &qpn);
     if (rc) {
-        soft_ctx_release(sd, q->sh_off, qp_bytes(rq_cap));
-        free(q->sq);
+        soft_ctx_release(sd, q->sh_off, qp_bytes(rq_cap, sq_cap));
         free(q);
         return rc;
     }
-    struct soft_cq *rcq = (struct soft_cq *)init->recv_cq;
     q->sh->qp_type = (uint32_t)t;
     q->sh->rq_cap = rq_cap;
-    q->sh->recv_cq_off = rcq->sh_off;
+    q->sh->sq_cap = sq_cap;
+    q->sh->sq_off = sq_offset(rq_cap);
+    q->sh->recv_cq_off = ((struct soft_cq *)init->recv_cq)->sh_off;
+    q->sh->send_cq_off = ((struct soft_cq *)init->send_cq)->sh_off;
+    q->sh->mtu = (uint8_t)p->mtu;
     q->sh->pd = pd->handle;
     atomic_store(&q->sh->state, IBV_QPS_RESET);
     q->sh->qpn = qpn;
@@ -176,19 +182,33 @@ static void flush_rq(struct soft_qp *q)
     }
 }
 
+/* Take the send queue's lock even from a peer that is running it right now
+ * (it lets go within one send), bounded. */
+static bool sq_lock_wait(struct soft_qp_shared *s)
+{
+    uint64_t until = now_ns() + 100000000ull;
+    while (!soft_sq_lock(s))
+        if (now_ns() > until)
+            return false;
+    return true;
+}
+
 static void flush_sq(struct soft_qp *q)
 {
+    struct soft_qp_shared *s = q->sh;
     struct soft_cq_shared *scq = ((struct soft_cq *)q->qp.send_cq)->sh;
-    while (q->sq_count) {
-        struct soft_swr *w = &q->sq[q->sq_head];
-        struct ibv_wc wc = {.wr_id = w->wr.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
+    bool locked = sq_lock_wait(s);
+    uint64_t h = atomic_load(&s->sq_head), t = atomic_load(&s->sq_tail);
+    for (; h < t; h++) {
+        struct soft_swr *w = &soft_sq(s)[h % s->sq_cap];
+        struct ibv_wc wc = {.wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR,
                             .opcode = IBV_WC_SEND, .vendor_err = SOFT_VERR_FLUSH,
                             .qp_num = q->qp.qp_num};
         soft_cq_push(q->sd, scq, &wc);
-        q->sq_frames -= w->frames;
-        q->sq_head = (q->sq_head + 1) % q->sq_cap;
-        q->sq_count--;
     }
+    atomic_store(&s->sq_head, t);
+    if (locked)
+        soft_sq_unlock(s);
 }
 
 void soft_qp_to_err(struct soft_qp *q)
@@ -213,7 +233,13 @@ void soft_check_attention(struct soft_dev *sd)
 
 static void to_reset(struct soft_qp *q)
 {
-    q->sq_head = q->sq_count = q->sq_frames = 0;
+    bool locked = sq_lock_wait(q->sh);
+    atomic_store(&q->sh->sq_head, 0);
+    atomic_store(&q->sh->sq_tail, 0);
+    if (locked)
+        soft_sq_unlock(q->sh);
+    q->sq_seen = 0;
+    q->sq_frames = 0;
     atomic_store(&q->sh->rq_prod, 0);
     atomic_store(&q->sh->rq_cons, 0);
     atomic_store(&q->sh->remote_err, 0);
@@ -234,6 +260,7 @@ static int check_rtr_path(struct soft_qp *q, struct ibv_qp_attr *a, int mask)
             return dev_fail(dev, EINVAL, "modify_qp RTR: path_mtu %d above the port's MTU %d",
                             128 << a->path_mtu, 128 << sd->p->mtu);
         q->mtu = a->path_mtu;
+        q->sh->mtu = (uint8_t)a->path_mtu;
     }
     if (!(mask & IBV_QP_AV))
         return 0;
@@ -330,8 +357,10 @@ int soft_modify_qp(tbrt_qp *qp, struct ibv_qp_attr *a, int mask)
             return dev_fail(dev, EINVAL, "modify_qp: dest_qp_num 0x%x is not a connectable QP",
                             a->dest_qp_num);
         q->dest_qpn = a->dest_qp_num;
+        q->sh->dest_qpn = a->dest_qp_num;
         q->peer = NULL;
         q->peer_qp = NULL;
+        q->peer_checked_ns = 0;
     }
     if (mask & IBV_QP_RQ_PSN)
         q->rq_psn = a->rq_psn & 0xffffff;
@@ -342,11 +371,11 @@ int soft_modify_qp(tbrt_qp *qp, struct ibv_qp_attr *a, int mask)
         q->sh->min_rnr_timer = q->min_rnr_timer;
     }
     if (mask & IBV_QP_TIMEOUT)
-        q->timeout = a->timeout & 31;
+        q->sh->timeout = a->timeout & 31;
     if (mask & IBV_QP_RETRY_CNT)
-        q->retry_cnt = a->retry_cnt & 7;
+        q->sh->retry_cnt = a->retry_cnt & 7;
     if (mask & IBV_QP_RNR_RETRY)
-        q->rnr_retry = a->rnr_retry & 7;
+        q->sh->rnr_retry = a->rnr_retry & 7;
     qp->state = to;
     atomic_store(&q->sh->state, (uint32_t)to);
     return 0;
@@ -359,14 +388,13 @@ int soft_destroy_qp(tbrt_qp *qp)
     soft_slot_free(sd, qp->qp_num);
     atomic_store(&q->sh->state, IBV_QPS_RESET);
     q->sh->qpn = 0;             /* peers holding a pointer see it gone */
-    soft_ctx_release(sd, q->sh_off, qp_bytes(q->sh->rq_cap));
+    soft_ctx_release(sd, q->sh_off, qp_bytes(q->sh->rq_cap, q->sh->sq_cap));
     for (struct soft_qp **pp = &sd->qps; *pp; pp = &(*pp)->next)
         if (*pp == q) {
             *pp = q->next;
             break;
         }
     sd->nqp--;
-    free(q->sq);
     free(q);
     return 0;
 }
