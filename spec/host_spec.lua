@@ -135,7 +135,7 @@ describe("the tbrt program", function()
     assert.matches("^usage: tbrt", r.stdout)
     r = H.run_tbrt({ "--frobnicate" })
     ok_run(r, 1)
-    assert.matches("^tbrt: unknown option %-%-frobnicate\nusage:", r.stderr)
+    assert.matches("^tbrt: unknown option '%-%-frobnicate'\nusage:", r.stderr)
   end)
 
   it("ends on SIGINT without a handler as luajit does (killed by it; a shell says 130)", function()

@@ -5,9 +5,15 @@
 --
 --   tbrt script.lua args...       run a script (global arg as luajit sets it)
 --   tbrt -e CODE [script args...] run CODE first (-e and -l NAME may repeat)
+--   tbrt -i [script args...]      then the REPL, with the script's globals
 --   tbrt - args...                the script comes from stdin
---   tbrt                          for now: the script comes from stdin
+--   tbrt                          the REPL on a terminal; otherwise stdin
+--                                 is run a chunk at a time (tbrt.repl)
+--   tbrt devices [-v]             list the devices (tbrt.cli)
 --   tbrt -v | -h                  version | usage
+--
+-- The command line is parsed by tbrt.cli (lua-argparse); options stop at
+-- the script's name, so the script's own arguments are never touched.
 --
 -- The main chunk, the -e chunks and -l modules run in the main task, so
 -- they may wait (task.sleep, t:join, ...) at top level. Exit codes: 0 once
@@ -18,8 +24,13 @@
 -- process as it ends luajit (killed by the signal, which a shell reports
 -- as 130); a script may catch it with uv.new_signal.
 --
+-- The REPL (and stdin read a chunk at a time) runs in the main task after
+-- the script: it returns the exit code (0 for Ctrl-D or the end of the
+-- input; 1 if a piped chunk failed). Leaving the REPL on a terminal stops
+-- the loop even if timers are still running; piped input lets the loop
+-- finish what the chunks started, as a script does.
+--
 -- Modes are a table: modes.NAME(plan) -> exit code, picked by choose_mode.
--- The REPL (tbrt.repl) and the command-line tools (tbrt.cli) plug in there.
 local uv = require("luv")
 local task = require("tbrt.task")
 
@@ -30,15 +41,7 @@ local THIS_FILE = debug.getinfo(1, "S").short_src
 -- Registry key the host's luv callback wrapper looks up (bindings/host/main.c).
 local CALLBACK_ERROR_HOOK = "tbrt.callback_error"
 
-local USAGE = [==[
-usage: tbrt [options] [script [args...]]
-  -e CODE   run CODE (before the script)
-  -l NAME   require module NAME (before the script)
-  -v        print the versions and exit
-  -h        print this help and exit
-  --        stop handling options
-  -         read the script from stdin
-With no script and no -e, the script is read from stdin.]==]
+local cli = require("tbrt.cli")
 
 -- An error to report without a traceback (a script that does not compile
 -- or cannot be opened: where tbrt was at that moment says nothing).
@@ -58,46 +61,20 @@ local function fail(text)
   os.exit(1)
 end
 
--- argv: [0] = the program, [1..n] = its arguments. Returns the plan:
--- pre = { {kind = "e" | "l", value} ... } in order, script (nil, "-" or a
--- path) at argv[script_index].
+-- argv: [0] = the program, [1..n] = its arguments. Returns the plan
+-- (tbrt.cli.parse): pre = { {kind = "e" | "l", value} ... } in order,
+-- script (nil, "-" or a path) at argv[script_index], interactive, ...
 function M.parse(argv)
-  local plan = { argv = argv, pre = {} }
-  local i, n = 1, argv.n or #argv
-  while i <= n do
-    local a = argv[i]
-    if a == "--" then
-      i = i + 1
-      break
-    elseif a == "-e" or a == "-l" then
-      if argv[i + 1] == nil then return nil, a .. " needs an argument" end
-      plan.pre[#plan.pre + 1] = { kind = a:sub(2), value = argv[i + 1] }
-      i = i + 2
-    elseif a:match("^%-[el].") then
-      plan.pre[#plan.pre + 1] = { kind = a:sub(2, 2), value = a:sub(3) }
-      i = i + 1
-    elseif a == "-v" or a == "--version" then
-      plan.version = true
-      i = i + 1
-    elseif a == "-h" or a == "--help" then
-      plan.help = true
-      i = i + 1
-    elseif a == "-" or a:sub(1, 1) ~= "-" then
-      break
-    else
-      return nil, "unknown option " .. a
-    end
-  end
-  plan.script_index = i
-  plan.script = i <= n and argv[i] or nil
-  return plan
+  return cli.parse(argv)
 end
 
 local function choose_mode(plan)
+  if plan.command then return plan.command end
   if plan.help then return "help" end
   if plan.version then return "version" end
+  if plan.script == "-" then return "stdin" end
   if plan.script or #plan.pre > 0 then return "script" end
-  return "stdin"     -- later: "repl" when stdin is a terminal
+  return "repl"
 end
 
 -- arg as luajit sets it: the script at 0, its arguments at 1.., everything
@@ -110,8 +87,8 @@ end
 
 local function load_script(plan)
   local s = plan.script
-  if s == nil and plan.mode ~= "stdin" then return nil end
-  if s == nil or s == "-" then
+  if s == nil then return nil end
+  if s == "-" then
     local code = io.stdin:read("*a")
     if code == nil then plain_error("cannot read the script from stdin") end
     local f, err = loadstring(code, "=stdin")
@@ -150,6 +127,14 @@ local function main_body(plan)
       main_chunk(unpack(argv, at + 1, argv.n or #argv))
     end
   end, handler)
+  if ok and plan.interactive then
+    local repl = require("tbrt.repl")
+    local code, stop = repl.run()
+    plan.exit_code = code
+    -- leaving the terminal REPL ends the program, timers or not
+    if stop then uv.stop() end
+    return
+  end
   if not ok then
     if getmetatable(err) == Plain then fail(err.message) end
     fail(tostring(err) .. "\n" .. traceback)
@@ -179,7 +164,7 @@ local modes = {}
 M.modes = modes
 
 function modes.help()
-  print(USAGE)
+  print(cli.help())
   return 0
 end
 
@@ -210,9 +195,28 @@ function modes.script(plan)
     code = 1
   end
   shutdown()
-  return code
+  return code ~= 0 and code or plan.exit_code or 0
 end
 modes.stdin = modes.script
+
+-- No script and no -e: the REPL (or stdin a chunk at a time).
+function modes.repl(plan)
+  plan.interactive = true
+  return modes.script(plan)
+end
+
+function modes.devices(plan)
+  if plan.help then
+    print(cli.help("devices"))
+    return 0
+  end
+  local ok, err = pcall(cli.devices, plan.verbose)
+  if not ok then
+    report(tostring(err))
+    return 1
+  end
+  return 0
+end
 
 function M.main(argv)
   -- An error in a raw luv callback is reported like any other uncaught
@@ -221,7 +225,7 @@ function M.main(argv)
   uv.run = guarded_run
   local plan, err = M.parse(argv)
   if not plan then
-    report(err .. "\n" .. USAGE)
+    report(err .. "\n" .. cli.USAGE)
     return 1
   end
   plan.mode = choose_mode(plan)

@@ -1,0 +1,182 @@
+-- tbrt/cli.lua - the tbrt command line: its options (lua-argparse) and the
+-- command-line tools (`tbrt devices`). tbrt.main asks parse() for a plan
+-- and runs it.
+--
+--   tbrt [options] [script [args...]]
+--   tbrt devices [-v]
+--
+-- Options stop at the script: everything after its name is the script's,
+-- untouched (`tbrt s.lua -v` passes -v to s.lua), as luajit does. So only
+-- the words before the script go through argparse; options are declared
+-- once, as data, and both the split and the parser are built from them.
+--
+-- `devices` is a command only as the very first argument. A script file
+-- named "devices" runs as `tbrt ./devices` or `tbrt -- devices`.
+local argparse = require("argparse")
+
+local M = {}
+
+M.USAGE = "usage: tbrt [options] [script [args...]]\n       tbrt devices [-v]"
+
+local DESCRIPTION = "Lua-scriptable RDMA transport runtime. Runs a script as a task on " ..
+  "one libuv loop, or an interactive REPL on it."
+
+local EPILOG = [[
+With no script and no -e: the REPL when stdin is a terminal, otherwise
+stdin is read a line at a time and each complete chunk is run (values of
+expressions are printed; exit code 1 if any chunk failed). A script named
+"-" is read whole from stdin. A script file named "devices" runs as
+`tbrt ./devices`. History: $TBRT_HISTORY, else ~/.tbrt_history.]]
+
+-- The options, in the order --help lists them. value: the option takes
+-- one (as "-e CODE" or "-eCODE"); kind: it is kept in plan.pre, in the
+-- order given, with the other kinds.
+M.OPTIONS = {
+  { "-e", value = "CODE", kind = "e", help = "run CODE before the script (may repeat)" },
+  { "-l", value = "NAME", kind = "l", help = "require module NAME before the script (may repeat)" },
+  { "-i", target = "interactive", help = "after the script and -e, start the REPL with their globals" },
+  { "-v --version", target = "version", help = "print the versions and exit" },
+  { "-h --help", target = "help", help = "print this help and exit" },
+  { "--", help = "stop handling options (the next word is the script)", doc_only = true },
+  { "-", help = "as the script: read it whole from stdin", doc_only = true },
+}
+
+local TAKES_VALUE = {}
+for _, o in ipairs(M.OPTIONS) do
+  if o.value then TAKES_VALUE[o[1]:sub(2, 2)] = true end
+end
+
+local function build()
+  local p = argparse("tbrt", DESCRIPTION)
+    :usage(M.USAGE):epilog(EPILOG):add_help(false):require_command(false)
+    :command_target("command")
+  for _, o in ipairs(M.OPTIONS) do
+    if o.value then
+      local kind = o.kind
+      p:option(o[1], o.help):argname(o.value):count("*"):target("pre"):init({})
+        :action(function(result, _, value)
+          result.pre[#result.pre + 1] = { kind = kind, value = value }
+        end)
+    elseif not o.doc_only then
+      p:flag(o[1], o.help):target(o.target)
+    end
+  end
+  local d = p:command("devices", "list every device tbrt can see, usable or not (and why not)")
+    :usage("usage: tbrt devices [-v]"):add_help(false)
+  d:flag("-v --verbose", "open each usable device and list its ports, their states and GIDs")
+  d:flag("-h --help", "print this help and exit")
+  return p, d
+end
+
+-- The help text (argparse's, with the words about -- and - that are not
+-- argparse options).
+function M.help(command)
+  local p, d = build()
+  if command == "devices" then return d:get_help() end
+  local extra = {}
+  for _, o in ipairs(M.OPTIONS) do
+    if o.doc_only then extra[#extra + 1] = string.format("   %-21s %s", o[1], o.help) end
+  end
+  return (p:get_help():gsub("(\nOptions:\n.-\n)(\n)", function(opts, nl)
+    return opts .. table.concat(extra, "\n") .. "\n" .. nl
+  end, 1))
+end
+
+-- The words before the script: where the script is, and the options as
+-- argparse should see them (a value glued to its option, so a value that
+-- starts with "-" stays a value: "-e" "-1" -> "-e-1").
+local function split(argv, n)
+  local words, i = {}, 1
+  while i <= n do
+    local a = argv[i]
+    if a == "--" then return words, i + 1 end
+    if a == "-" or a:sub(1, 1) ~= "-" then return words, i end
+    if a:sub(1, 2) ~= "--" then
+      for j = 2, #a do
+        if TAKES_VALUE[a:sub(j, j)] then
+          if j == #a and i < n and argv[i + 1] ~= "" then
+            a = a .. argv[i + 1]
+            i = i + 1
+          elseif j == #a and i < n then
+            words[#words + 1] = a
+            a = argv[i + 1]
+            i = i + 1
+          end
+          break
+        end
+      end
+    end
+    words[#words + 1] = a
+    i = i + 1
+  end
+  return words, i
+end
+
+-- argv: [0] the program, [1..argv.n] its arguments. Returns the plan:
+--   pre = { {kind = "e" | "l", value} ... } in order; script (nil, "-" or
+--   a path) at argv[script_index]; interactive, help, version; or
+--   command = "devices" with verbose, help.
+-- Or nil and a message for a bad command line.
+function M.parse(argv)
+  local n = argv.n or #argv
+  local p = build()
+  if argv[1] == "devices" then
+    local ok, r = p:pparse({ unpack(argv, 1, n) })
+    if not ok then return nil, r end
+    return { argv = argv, command = "devices", verbose = r.verbose, help = r.help, pre = {} }
+  end
+  local words, at = split(argv, n)
+  local ok, r = p:pparse(words)
+  if not ok then return nil, r end
+  return { argv = argv, pre = r.pre or {}, interactive = r.interactive, help = r.help,
+    version = r.version, script_index = at, script = at <= n and argv[at] or nil }
+end
+
+---------------------------------------------------------------------------
+-- tbrt devices [-v]
+
+local function pad_table(rows)
+  local w = {}
+  for _, r in ipairs(rows) do
+    for i = 1, #r - 1 do w[i] = math.max(w[i] or 0, #r[i]) end
+  end
+  local out = {}
+  for k, r in ipairs(rows) do
+    local cells = {}
+    for i = 1, #r do cells[i] = i < #r and (r[i] .. string.rep(" ", w[i] - #r[i])) or r[i] end
+    out[k] = table.concat(cells, "  ")
+  end
+  return out
+end
+
+-- One line per device tbrt can see: name, kind, personality (or -),
+-- flavor, and "usable" or "unavailable: <why>". verbose: each usable
+-- device opened, its ports (state, MTU) and GIDs listed under it.
+function M.devices(verbose, write)
+  write = write or io.write
+  local tbrt = require("tbrt")
+  local list = tbrt.devices()
+  local rows = {}
+  for i, d in ipairs(list) do
+    rows[i] = { d.name, d.kind, d.personality ~= "" and d.personality or "-", d.flavor or "-",
+      d.usable and "usable" or ("unavailable: " .. (d.why ~= "" and d.why or "no reason given")) }
+  end
+  local lines = pad_table(rows)
+  if #list == 0 then write("no devices\n") end
+  for i, d in ipairs(list) do
+    write(lines[i], "\n")
+    if verbose and d.usable then
+      local verbs = require("tbrt.verbs")
+      local dev, err = verbs.open(d.name)
+      if not dev then
+        write("  cannot open: ", tostring(err), "\n")
+      else
+        for _, l in ipairs(require("tbrt.pretty").device_lines(dev)) do write("  ", l, "\n") end
+        dev:close()
+      end
+    end
+  end
+  return 0
+end
+
+return M
