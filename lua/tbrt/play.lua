@@ -126,24 +126,27 @@ local function exe()
 end
 
 local function spawn_peer(port, opts)
-  local out = uv.new_pipe(false)
+  local out, err_out = uv.new_pipe(false), uv.new_pipe(false)
   local self = setmetatable({ out = {}, port = port }, Peer)
   local proc, pid = uv.spawn(exe(), {
     args = { "-e", string.format(ECHO_PEER, port, literal(opts)) },
-    stdio = { nil, out, out },
+    stdio = { nil, out, err_out },
   }, function(code, signal)
     self.code, self.signal = code, signal
     self.proc:close()
   end)
   if not proc then
     out:close()
+    err_out:close()
     return nil, "pair: cannot start a child tbrt: " .. tostring(pid)
   end
   self.proc, self.pid = proc, pid
-  out:read_start(function(err, data)
-    if data then self.out[#self.out + 1] = data else out:close() end
-    if err then self.out[#self.out + 1] = "[read error: " .. err .. "]" end
-  end)
+  for _, pipe in ipairs({ out, err_out }) do
+    pipe:read_start(function(err, data)
+      if data then self.out[#self.out + 1] = data else pipe:close() end
+      if err then self.out[#self.out + 1] = "[read error: " .. err .. "]" end
+    end)
+  end
   peers[self] = true
   return self
 end
