@@ -258,10 +258,16 @@ int tbrt_link_ready(tbrt_link *l)
 typedef bool (*link_cond)(tbrt_link *l, void *arg);
 
 /* Spin while there is progress, then sleep on the completion fd and the
- * bootstrap socket; never past the deadline. */
-static int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, const char *what)
+ * bootstrap socket; never past the deadline. writing: the tcp link waits
+ * for room in the socket rather than for bytes. */
+static int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, const char *what,
+                     bool writing)
 {
-    double now = now_s(), deadline = now + timeout, spin_until = now + l->opts.spin;
+    bool tcp_out = writing && !l->dev;
+    /* the kernel wakes a tcp reader as fast as spinning would, without
+     * taking the core from its own network processing */
+    double spin = l->dev ? l->opts.spin : 0;
+    double now = now_s(), deadline = now + timeout, spin_until = now + spin;
     for (;;) {
         if (cond(l, arg))
             return 0;
@@ -272,24 +278,24 @@ static int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, co
             return 0;
         now = now_s();
         if (n > 0) {
-            spin_until = now + l->opts.spin;
+            spin_until = now + spin;
             continue;
         }
         if (now >= deadline)
             return link_note(l, ETIMEDOUT, "%s: not done within %.3g s", what, timeout);
         if (now < spin_until)
             continue;
-        int a = l->t->arm(l);
+        int a = tcp_out ? 0 : l->t->arm(l);
         if (a < 0)
             return a;
         if (a > 0) {
-            spin_until = now_s() + l->opts.spin;
+            spin_until = now_s() + spin;
             continue;
         }
         struct pollfd p[2];
         int fds[2], nf = l->t->fds(l, fds, 2);
         for (int i = 0; i < nf; i++)
-            p[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+            p[i] = (struct pollfd){.fd = fds[i], .events = tcp_out ? POLLOUT : POLLIN};
         double nap = deadline - now, cap = tbrt_link_sleep_max(l);
         if (cap >= 0 && cap < nap)
             nap = cap;
@@ -300,7 +306,7 @@ static int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, co
             if (rc)
                 return rc;
         }
-        spin_until = now_s() + l->opts.spin;
+        spin_until = now_s() + spin;
     }
 }
 
@@ -368,6 +374,13 @@ intptr_t tbrt_link_recv(tbrt_link *l, void *buf, size_t len)
     /* turnaround: a request still coalescing would never reach the peer */
     if ((rc = l->t->flush(l)) != 0 && rc != -EAGAIN)
         return rc;
+    if (!l->dev) {
+        /* tcp: the socket itself knows; one recv, no poll first */
+        intptr_t n = l->t->recv(l, buf, len);
+        if (n == -EAGAIN)
+            l->stats.eagain++;
+        return n;
+    }
     if (!l->t->readable(l)) {
         int n = l->t->progress(l);
         if (n < 0)
@@ -435,7 +448,7 @@ intptr_t tbrt_link_send_all(tbrt_link *l, const void *buf, size_t len, double ti
     if (rc)
         return rc;
     struct io_arg a = {.cbuf = buf, .len = len};
-    rc = link_wait(l, cond_send, &a, pick_timeout(l, timeout), "send");
+    rc = link_wait(l, cond_send, &a, pick_timeout(l, timeout), "send", true);
     if (rc == -ETIMEDOUT)
         snprintf(l->why, sizeof l->why, "link %d: send: %zu of %zu bytes accepted within %.3g s "
                  "(the peer is not reading)", l->id, a.done, len, pick_timeout(l, timeout));
@@ -469,7 +482,7 @@ static intptr_t recv_wait(tbrt_link *l, void *buf, size_t len, double timeout, b
     struct io_arg a = {.buf = buf, .len = len, .some = some};
     if (cond_recv(l, &a))
         return a.rc && !a.done ? a.rc : (intptr_t)a.done;
-    int rc = link_wait(l, cond_recv, &a, pick_timeout(l, timeout), "recv");
+    int rc = link_wait(l, cond_recv, &a, pick_timeout(l, timeout), "recv", false);
     if (rc == -ETIMEDOUT)
         snprintf(l->why, sizeof l->why, "link %d: recv: %zu of %zu bytes arrived within %.3g s "
                  "(peer alive but silent)", l->id, a.done, len, pick_timeout(l, timeout));
@@ -594,7 +607,7 @@ static int link_close(tbrt_link *l, bool drain)
         /* let what was sent land before saying goodbye, bounded */
         l->t->flush(l);
         if (drain)
-            link_wait(l, cond_idle, NULL, TBRT_MIN(l->opts.timeout, 2.0), "close");
+            link_wait(l, cond_idle, NULL, TBRT_MIN(l->opts.timeout, 2.0), "close", true);
         /* an RDMA link's socket carries only this byte now; a tcp link's
          * EOF (below) says the same */
         if (!l->bye && l->dev)

@@ -258,6 +258,7 @@ struct soft_dev {
     uint64_t attention_seen;
     int wake_fd;                /* unbound datagram socket for wakeups */
     struct soft_peer *self;     /* this context as a peer (executing own queues) */
+    int32_t pid;                /* ours, for lock words (getpid is a syscall) */
     /* objects */
     int nqp;
     struct soft_qp *qps;        /* list, for progress and flushes */
@@ -308,6 +309,7 @@ struct soft_qp {
     struct soft_peer *peer;
     struct soft_qp_shared *peer_qp;
     uint64_t peer_checked_ns;
+    uint64_t lock_checked_ns;   /* last look for a dead holder of our SQ lock */
 };
 
 struct soft_mr {
@@ -383,7 +385,7 @@ int soft_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
 void soft_progress(struct soft_dev *sd);
 uint32_t soft_frames(uint64_t bytes);
 /* Take a send queue's executor lock (stealing it from a dead holder). */
-bool soft_sq_lock(struct soft_qp_shared *s);
+bool soft_sq_lock(struct soft_dev *sd, struct soft_qp_shared *s, bool steal);
 void soft_sq_unlock(struct soft_qp_shared *s);
 
 /* soft_exec.c: executing one send queue */

@@ -370,14 +370,15 @@ static int deliver_ud(struct exec *e, struct soft_swr *w)
     return DONE;
 }
 
-bool soft_sq_lock(struct soft_qp_shared *s)
+bool soft_sq_lock(struct soft_dev *sd, struct soft_qp_shared *s, bool steal)
 {
-    int32_t me = (int32_t)getpid(), cur = 0;
-    if (atomic_compare_exchange_strong(&s->sq_lock, &cur, me))
+    int32_t cur = 0;
+    if (atomic_compare_exchange_strong(&s->sq_lock, &cur, sd->pid))
         return true;
-    /* a holder that died keeps it forever: take it back */
-    if (cur != me && kill(cur, 0) != 0 && errno == ESRCH)
-        return atomic_compare_exchange_strong(&s->sq_lock, &cur, me);
+    /* a holder that died keeps it forever: take it back (a syscall, so only
+     * where the caller can afford one) */
+    if (steal && cur != sd->pid && kill(cur, 0) != 0 && errno == ESRCH)
+        return atomic_compare_exchange_strong(&s->sq_lock, &cur, sd->pid);
     return false;
 }
 
@@ -392,7 +393,11 @@ void soft_sq_run(struct soft_dev *sd, struct soft_peer *owner, struct soft_qp_sh
     if (atomic_load_explicit(&sqp->sq_head, memory_order_relaxed) ==
         atomic_load_explicit(&sqp->sq_tail, memory_order_acquire))
         return;
-    if (!soft_sq_lock(sqp))
+    /* the owner may take the lock back from a dead peer, once a millisecond */
+    bool steal = local && now - local->lock_checked_ns > 1000000ull;
+    if (steal)
+        local->lock_checked_ns = now;
+    if (!soft_sq_lock(sd, sqp, steal))
         return;                 /* the other end is running it */
     if (!local && soft_peer_is_self(owner))
         for (struct soft_qp *q = sd->qps; q; q = q->next)

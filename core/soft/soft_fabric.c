@@ -114,6 +114,7 @@ out:
 int soft_fabric_open(struct soft_dev *sd)
 {
     sd->fabric_fd = sd->ctx_fd = sd->wake_fd = -1;
+    sd->pid = (int32_t)getpid();
     int rc = fabric_map(sd);
     if (rc)
         return rc;

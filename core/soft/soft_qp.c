@@ -184,10 +184,10 @@ static void flush_rq(struct soft_qp *q)
 
 /* Take the send queue's lock even from a peer that is running it right now
  * (it lets go within one send), bounded. */
-static bool sq_lock_wait(struct soft_qp_shared *s)
+static bool sq_lock_wait(struct soft_dev *sd, struct soft_qp_shared *s)
 {
     uint64_t until = now_ns() + 100000000ull;
-    while (!soft_sq_lock(s))
+    while (!soft_sq_lock(sd, s, true))
         if (now_ns() > until)
             return false;
     return true;
@@ -197,7 +197,7 @@ static void flush_sq(struct soft_qp *q)
 {
     struct soft_qp_shared *s = q->sh;
     struct soft_cq_shared *scq = ((struct soft_cq *)q->qp.send_cq)->sh;
-    bool locked = sq_lock_wait(s);
+    bool locked = sq_lock_wait(q->sd, s);
     uint64_t h = atomic_load(&s->sq_head), t = atomic_load(&s->sq_tail);
     for (; h < t; h++) {
         struct soft_swr *w = &soft_sq(s)[h % s->sq_cap];
@@ -233,7 +233,7 @@ void soft_check_attention(struct soft_dev *sd)
 
 static void to_reset(struct soft_qp *q)
 {
-    bool locked = sq_lock_wait(q->sh);
+    bool locked = sq_lock_wait(q->sd, q->sh);
     atomic_store(&q->sh->sq_head, 0);
     atomic_store(&q->sh->sq_tail, 0);
     if (locked)

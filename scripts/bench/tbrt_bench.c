@@ -1,0 +1,173 @@
+/* tbrt_bench.c - the C-driven side of `make bench`: one link between two
+ * processes (fork), driven by the blocking C API alone, no Lua anywhere.
+ *
+ *   tbrt-bench DEVICE PERSONALITY lat SIZE ITERS    one-way latency, us
+ *   tbrt-bench DEVICE PERSONALITY bw SIZE ITERS     streaming bandwidth, GB/s
+ *
+ * Prints one line "name value unit". The child accepts and answers (echo
+ * for lat; reads everything and acks for bw); the parent measures. Both
+ * check the data: bytes are a pattern, each message stamped with its index. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tbrt.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, tbrt_link *l)
+{
+    fprintf(stderr, "tbrt-bench: %s: %s\n", what, l ? tbrt_link_why(l) : strerror(errno));
+    exit(1);
+}
+
+static tbrt_link *setup(int fd, const char *dev, const char *pers)
+{
+    tbrt_link_opts o;
+    tbrt_link_opts_init(&o);
+    o.device = dev;
+    o.personality = pers && *pers && strcmp(pers, "-") ? pers : NULL;
+    uint8_t caps[TBRT_CAPS_SIZE], peer[TBRT_CAPS_SIZE];
+    char err[512];
+    tbrt_link *l;
+    if (tbrt_link_probe(fd, &o, &l, caps, err, sizeof err)) {
+        fprintf(stderr, "tbrt-bench: probe: %s\n", err);
+        exit(1);
+    }
+    /* the default exchange: each side writes its caps, then reads the peer's */
+    if (write(fd, caps, sizeof caps) != (ssize_t)sizeof caps)
+        die("caps write", NULL);
+    size_t got = 0;
+    while (got < sizeof peer) {
+        ssize_t n = read(fd, peer + got, sizeof peer - got);
+        if (n > 0)
+            got += (size_t)n;
+        else if (n < 0 && errno == EAGAIN)
+            usleep(100);
+        else
+            die("caps read", NULL);
+    }
+    if (tbrt_link_activate_wait(l, peer, sizeof peer))
+        die("activate", l);
+    return l;
+}
+
+static void fill(uint8_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        b[i] = (uint8_t)(i * 131 + 7);
+}
+
+static void check(const uint8_t *b, const uint8_t *want, size_t n, uint64_t idx)
+{
+    if (n >= 8 && memcmp(b, &idx, 8) != 0) {
+        fprintf(stderr, "tbrt-bench: message %llu carries a wrong index\n", (unsigned long long)idx);
+        exit(1);
+    }
+    size_t off = n >= 8 ? 8 : 0;
+    if (memcmp(b + off, want + off, n - off) != 0) {
+        fprintf(stderr, "tbrt-bench: message %llu differs\n", (unsigned long long)idx);
+        exit(1);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 6) {
+        fprintf(stderr, "usage: tbrt-bench DEVICE PERSONALITY lat|bw SIZE ITERS\n");
+        return 2;
+    }
+    const char *dev = argv[1], *pers = argv[2], *mode = argv[3];
+    size_t n = strtoull(argv[4], NULL, 0);
+    long iters = strtol(argv[5], NULL, 0);
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 1) ||
+        getsockname(ls, (struct sockaddr *)&sa, &sl))
+        die("listen", NULL);
+    uint8_t *want = malloc(n + 8), *buf = malloc(n + 8);
+    fill(want, n);
+    pid_t child = fork();
+    if (child == 0) {
+        int fd = accept(ls, NULL, NULL);
+        close(ls);
+        tbrt_link *l = setup(fd, dev, pers);
+        for (long i = 0; i < (strcmp(mode, "lat") == 0 ? iters : iters); i++) {
+            if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
+                die("child recv", l);
+            uint64_t idx = (uint64_t)i;
+            if (n >= 8)
+                memcpy(want, &idx, 8);
+            check(buf, want, n, idx);
+            if (strcmp(mode, "lat") == 0) {
+                if (tbrt_link_send_all(l, buf, n, 60) != (intptr_t)n || tbrt_link_flush(l))
+                    die("child send", l);
+            }
+        }
+        if (strcmp(mode, "bw") == 0) {
+            uint8_t ack = 1;
+            if (tbrt_link_send_all(l, &ack, 1, 60) != 1 || tbrt_link_flush(l))
+                die("child ack", l);
+        }
+        tbrt_link_close(l);
+        tbrt_link_free(l);
+        _exit(0);
+    }
+    close(ls);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa))
+        die("connect", NULL);
+    tbrt_link *l = setup(fd, dev, pers);
+    double t0 = 0, dt;
+    if (strcmp(mode, "lat") == 0) {
+        for (long i = 0; i < iters; i++) {
+            if (i == 1)
+                t0 = now();
+            uint64_t idx = (uint64_t)i;
+            if (n >= 8)
+                memcpy(want, &idx, 8);
+            if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n || tbrt_link_flush(l))
+                die("send", l);
+            if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
+                die("recv", l);
+            check(buf, want, n, idx);
+        }
+        dt = now() - t0;
+        printf("lat_%zu %.3f us\n", n, dt / (double)(iters - 1) / 2 * 1e6);
+    } else {
+        t0 = now();
+        for (long i = 0; i < iters; i++) {
+            uint64_t idx = (uint64_t)i;
+            if (n >= 8)
+                memcpy(want, &idx, 8);
+            if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n)
+                die("send", l);
+        }
+        if (tbrt_link_flush(l))
+            die("flush", l);
+        uint8_t ack;
+        if (tbrt_link_recv_all(l, &ack, 1, 60) != 1)
+            die("ack", l);
+        dt = now() - t0;
+        printf("bw_%zu %.3f GB/s\n", n, (double)n * (double)iters / dt / 1e9);
+    }
+    tbrt_link_close(l);
+    tbrt_link_free(l);
+    int st;
+    waitpid(child, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+}
