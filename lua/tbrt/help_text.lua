@@ -10,15 +10,16 @@
 -- an object has but the table does not describe are listed too, marked
 -- "(no description)", so help never hides what is there.
 local complete = require("tbrt.complete")
+local pretty = require("tbrt.pretty")
 
 local M = {}
 
 M.OVERVIEW = {
-  "tbrt REPL: Lua on the event loop. Each line runs as a task, so it may wait",
-  "(link:recv(5), task.sleep(1)) while timers and links go on.",
+  "tbrt REPL: Lua on the event loop. Each line runs as a task, so it may wait " ..
+    "(link:recv(5), task.sleep(1)) while timers and links go on.",
   "",
   "Helpers:",
-  { "pair{device=, personality=, child=, ...}", "two connected links a, b (child=true: b is an echo peer process)" },
+  { "pair{device=, child=, ...}", "two connected links a, b (more keys: link options; child=true: b is an echo peer process)" },
   { "help(obj)", "what obj can do: a link, device, task, channel, server, peer, module, luv handle" },
   { "links()", "the links open in this session (all are closed when the REPL exits)" },
   { "devices([verbose])", "the devices tbrt can see, as `tbrt devices [-v]`" },
@@ -26,9 +27,9 @@ M.OVERVIEW = {
   "",
   "Modules: tbrt, task (tbrt.task), verbs (tbrt.verbs), uv (luv). help(tbrt) lists tbrt.",
   "",
-  "Keys: Tab completes names, fields and methods (link:s<Tab>); Up/Down recall history;",
-  "Ctrl-C cancels the running line, or drops the typed one; Ctrl-D on an empty line",
-  "closes the open links and exits; Ctrl-L clears the screen; Ctrl-A/E/K/U/W edit.",
+  "Keys: Tab completes names, fields and methods (link:s<Tab>); Up/Down recall history; " ..
+    "Ctrl-C cancels the running line, or drops the typed one; Ctrl-D on an empty line " ..
+    "closes the open links and exits; Ctrl-L clears the screen; Ctrl-A/E/K/U/W edit.",
 }
 
 -- kind -> { title, match(obj) -> bool, entries = { {call, text} ... } }
@@ -171,11 +172,46 @@ kind("channel", "a channel", shaped("capacity", "buf", "senders", "receivers"), 
   { "close()", "wake every waiter" },
 })
 
+-- Words of text in lines of at most width columns (a longer word gets a
+-- line of its own).
+local function wrap(text, width)
+  local lines, cur = {}, ""
+  for word in text:gmatch("%S+") do
+    if cur ~= "" and #cur + 1 + #word > width then
+      lines[#lines + 1] = cur
+      cur = word
+    else
+      cur = cur == "" and word or (cur .. " " .. word)
+    end
+  end
+  lines[#lines + 1] = cur
+  return lines
+end
+
+-- Narrowest room left for the descriptions before they go under the calls.
+local MIN_TEXT = 24
+
+-- "call   text" in two columns fitted to the width: the text wraps under
+-- itself, or starts on the next line when the calls leave too little room.
 local function align(entries, indent)
+  local width = pretty.width()
   local w = 0
   for _, e in ipairs(entries) do w = math.max(w, #e[1]) end
+  local col = #indent + w + 2
+  if width - col < MIN_TEXT then col = #indent + 4 end
   local out = {}
-  for i, e in ipairs(entries) do out[i] = indent .. e[1] .. string.rep(" ", w - #e[1] + 2) .. e[2] end
+  for _, e in ipairs(entries) do
+    local head = indent .. e[1]
+    local text = wrap(e[2], math.max(width - col - 1, MIN_TEXT))
+    local first = 1
+    if #head + 2 <= col then
+      out[#out + 1] = head .. string.rep(" ", col - #head) .. text[1]
+      first = 2
+    else
+      out[#out + 1] = head
+    end
+    for i = first, #text do out[#out + 1] = string.rep(" ", col) .. text[i] end
+  end
   return out
 end
 
@@ -188,7 +224,12 @@ function M.overview()
     end
   end
   for _, item in ipairs(M.OVERVIEW) do
-    if type(item) == "table" then run[#run + 1] = item else flush() out[#out + 1] = item end
+    if type(item) == "table" then
+      run[#run + 1] = item
+    else
+      flush()
+      for _, l in ipairs(item == "" and { "" } or wrap(item, pretty.width() - 1)) do out[#out + 1] = l end
+    end
   end
   flush()
   return out

@@ -189,10 +189,14 @@ local function render(v, o, col, indent, depth, path)
   return "{\n" .. table.concat(lines, "\n") .. "\n" .. string.rep(" ", indent) .. "}"
 end
 
--- v as text. opts: width (columns, default M.WIDTH), depth, items, string.
+-- The width to fit text to when none is given: M.WIDTH, unless the REPL
+-- has put a function asking its terminal here.
+function M.width() return M.WIDTH end
+
+-- v as text. opts: width (columns, default M.width()), depth, items, string.
 function M.format(v, opts)
   opts = opts or {}
-  local o = { width = opts.width or M.WIDTH, depth = opts.depth or M.DEPTH,
+  local o = { width = opts.width or M.width(), depth = opts.depth or M.DEPTH,
     items = opts.items or M.ITEMS, string = opts.string or M.STRING }
   local dev = verbs_dev_class()
   if dev and type(v) == "table" and getmetatable(v) == dev then

@@ -109,7 +109,7 @@ local function run_tty()
     if s.quitting then return end
     if out.ok then
       if out.n > 0 then
-        io.stdout:write(pretty.values(out, out.n, { width = con:width() }), "\n")
+        io.stdout:write(pretty.values(out, out.n), "\n")
       end
     elseif canceled and type(out.error) == "string" and out.error:find("^ECANCELED:") then
       err_write("canceled")
@@ -195,6 +195,8 @@ local function run_tty()
     complete = function(before) return complete.at(before, _G) end,
   })
   con.editor = ed
+  local fixed_width = pretty.width
+  pretty.width = function() return con:width() end
   local restore_hooks = keep_going(err_write)
   local why = play.install(_G)
   io.stdout:write(banner(), "\n")
@@ -203,6 +205,7 @@ local function run_tty()
   prompt(M.PROMPT)
   local code = finished:recv()
   con:close()
+  pretty.width = fixed_width
   restore_hooks()
   return code, true
 end
