@@ -63,6 +63,11 @@ describe("the REPL in a terminal", function()
     assert.matches("^{\n  key1 = 1,\n  key10 = 10,\n", out)
     for l in out:gmatch("[^\n]+") do assert.is_true(#l <= pty.WIDTH, l) end
     assert.equal("tbrt>", last_line(p:screen()))
+    -- the width follows the terminal's
+    p:resize(40)
+    out = eval(p, "{ alpha = string.rep('a', 15), beta = string.rep('b', 15) }",
+      "string.rep('b', 15) }")
+    assert.equal(string.format('{\n  alpha = "%s",\n  beta = "%s",\n}\n', ("a"):rep(15), ("b"):rep(15)), out)
   end))
 
   it("prints an error with a short traceback and goes on", repl(function(p)
@@ -103,6 +108,10 @@ describe("the REPL in a terminal", function()
     assert.equal("6\n", eval(p, "6 junk" .. K.ctrl_w .. K.backspace, "tbrt> 6"))
     -- Ctrl-K kills to the end
     assert.equal("8\n", eval(p, "8 + nonsense" .. K.left:rep(10) .. K.ctrl_k, "tbrt> 8"))
+    -- Ctrl-L clears the screen and draws the line again at the top
+    p:send("9" .. K.ctrl_l)
+    p:wait_screen(function(s) return s == "tbrt> 9" end)
+    assert.equal("9\n", eval(p, "", "tbrt> 9"))
   end))
 
   it("recalls history with the arrows, and from the file in the next session", async(function()
@@ -174,6 +183,12 @@ describe("the REPL in a terminal", function()
     p:expect("tbrt> ")
     assert.is_true(H.now() - t0 < 2, "Ctrl-C took " .. (H.now() - t0) .. " s")
     assert.equal("2\n", eval(p, "1+1"))
+    -- SIGINT sent by kill does the same as the key (raw mode turns the key
+    -- into a byte; the signal must not end the REPL either)
+    p:send("task.sleep(30)" .. K.enter)
+    p:expect("task.sleep(30)\n")
+    p.proc:kill("sigint")
+    p:expect("canceled\ntbrt> ")
     -- the loop went on meanwhile: the links still work
     assert.equal('"hello"\n', eval(p, "b:send('hello') b:flush() return a:recv(5, 5)"))
   end))

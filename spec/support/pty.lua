@@ -250,6 +250,17 @@ function Pty:_read_loop()
   end
 end
 
+-- Change the terminal's size. The kernel signals the terminal's foreground
+-- process group, which the child is not in (the terminal is not its
+-- controlling one), so it gets SIGWINCH from here.
+function Pty:resize(width, height)
+  local ws = ffi.new("struct tbrt_spec_winsize")
+  ws.ws_col, ws.ws_row = width, height or self.screen_model.height
+  check(C.ioctl(self.master, TIOCSWINSZ, ws), "TIOCSWINSZ")
+  self.screen_model.width, self.screen_model.height = ws.ws_col, ws.ws_row
+  self.proc:kill("sigwinch")
+end
+
 -- Type: bytes as the terminal would send them for keys.
 function Pty:send(s)
   local off = 0
