@@ -56,7 +56,8 @@ HASH_H   := $(BUILD)/gen/tbrt_header_hash.h
 PC       := $(BUILD)/tbrt.pc
 
 .PHONY: all lib check test test-asan asan run bench install clean deps cdef-check
-all: lib $(TBRT) $(CDEF) $(PC)
+BENCH_C  := $(BUILD)/tbrt-bench
+all: lib $(TBRT) $(CDEF) $(PC) $(BENCH_C)
 lib: $(LIB_SO) $(LIB_A)
 
 # The header hash ties the library, the generated cdef and the bindings
@@ -91,6 +92,11 @@ $(LIB_A): $(CORE_OBJ)
 
 $(TBRT): $(HOST_OBJ)
 	$(CC) $(SANITIZE) -o $@ $^ -Wl,-E $(LUAJIT_LIBS) $(LUV_LIBS) -ldl -lm
+
+# The C-driven benchmark of `make bench` (scripts/bench/), built with
+# everything so it always compiles.
+$(BENCH_C): scripts/bench/tbrt_bench.c $(HEADERS) $(LIB_SO)
+	$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -ltbrt -Wl,-rpath,'$$ORIGIN'
 
 $(PC): Makefile
 	@mkdir -p $(dir $@)
@@ -128,6 +134,7 @@ run: all
 	$(TBRT) scripts/pair.lua
 
 bench: all
+	./scripts/deps.sh bench
 	$(TBRT) scripts/bench.lua
 
 install: all

@@ -25,6 +25,7 @@ parser:option("--device", "Device: soft, soft0, ibverbs, mlx5, tcp, auto, or a d
 parser:option("--personality", "Soft device personality (apple-uc, linux-rc).")
 parser:option("--sizes", "Message sizes, e.g. 1,4K,64K,16M.")
 parser:option("--iters", "Messages per size and test (default: by size)."):convert(tonumber)
+parser:option("--test", "What to measure: lat, bw or both.", "both"):choices({ "lat", "bw", "both" })
 parser:option("--nbuf", "Strides per direction."):convert(tonumber)
 parser:option("--stride", "Bytes per stride."):convert(tonumber)
 parser:option("--timeout", "Bound of every wait, seconds.", "60"):convert(tonumber)
@@ -93,7 +94,8 @@ local function measure(host, port)
   say(perf.format_header())
   local rows = {}
   for _, n in ipairs(sizes) do
-    local ok, row = pcall(perf.measure, l, n, { iters = args.iters, timeout = args.timeout })
+    local ok, row = pcall(perf.measure, l, n, { iters = args.iters, timeout = args.timeout,
+      lat_only = args.test == "lat", bw_only = args.test == "bw" })
     if not ok then die(string.format("%d-byte messages: %s", n, tostring(row))) end
     rows[#rows + 1] = row
     if args.json then

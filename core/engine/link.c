@@ -285,7 +285,7 @@ static int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, co
             return link_note(l, ETIMEDOUT, "%s: not done within %.3g s", what, timeout);
         if (now < spin_until)
             continue;
-        int a = tcp_out ? 0 : l->t->arm(l);
+        int a = tcp_out ? 0 : tbrt_link_arm(l);
         if (a < 0)
             return a;
         if (a > 0) {
@@ -299,7 +299,6 @@ static int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, co
         double nap = deadline - now, cap = tbrt_link_sleep_max(l);
         if (cap >= 0 && cap < nap)
             nap = cap;
-        l->stats.sleeps++;
         int r = poll(p, (nfds_t)nf, (int)ceil(nap * 1000.0));
         if (r > 0 && nf == 2 && p[1].revents) {
             int rc = link_check_liveness(l, true);
@@ -516,7 +515,10 @@ int tbrt_link_arm(tbrt_link *l)
         return -EINVAL;
     if (l->state == TBRT_LINK_BROKEN)
         return -l->err;
-    return l->t->arm(l);
+    int rc = l->t->arm(l);
+    if (rc == 0)
+        l->stats.sleeps++;      /* armed: the caller sleeps on the fds now */
+    return rc;
 }
 
 double tbrt_link_sleep_max(tbrt_link *l)

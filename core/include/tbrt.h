@@ -237,7 +237,7 @@ typedef struct tbrt_link_stats {
     uint64_t frames_recv;
     uint64_t completions;
     uint64_t spins;          /* progress calls that found nothing */
-    uint64_t sleeps;         /* times a blocking call slept on the fds */
+    uint64_t sleeps;         /* times a waiter armed and slept on the fds */
     uint64_t eagain;         /* non-blocking calls that returned -EAGAIN */
 } tbrt_link_stats;
 

@@ -55,8 +55,12 @@ function M.setup(s, opts, role)
   -- view of the same fd
   local view = setmetatable({ fd = l:_fds() == 2 and l.fds[1] or l.fds[0],
     what = "caps exchange" }, sock.Sock)
-  local peer, xerr = exchange(view, l:caps(), role, opts.timeout or 30)
+  -- exchange(sock, my_caps, role, timeout) -> peer_caps | nil, err [, sent]
+  -- `sent`: the caps it actually sent, when not mine (all zero: this side
+  -- declines RDMA, so both stay on TCP)
+  local peer, xerr, sent = exchange(view, l:caps(), role, opts.timeout or 30)
   if not peer then l:close() return nil, xerr end
+  if sent and caps.is_none(sent) then peer = caps.NONE end
   if type(peer) ~= "string" or #peer ~= caps.SIZE then
     l:close()
     return nil, string.format("EINVAL: caps exchange returned %s, not %d bytes",

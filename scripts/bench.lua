@@ -1,0 +1,197 @@
+-- bench.lua - `make bench`: tbrt beside the tools a user would pick instead,
+-- in one run, on loopback only. Every figure is the median of several runs.
+--
+--   soft (shared memory), C-driven (build/tbrt-bench) and Lua-driven
+--   (scripts/pair.lua): 8 B one-way latency, 64 KiB and 4 MiB streaming
+--   against UCX's ucx_perftest with UCX_TLS=sm (tag_lat, tag_bw);
+--   the tcp link at 64 KiB and 4 MiB against qperf tcp_bw.
+--
+-- Prints one table (tbrt, anchor, ratio, target) and writes the figures as
+-- JSON to build*/bench.json. Environment: TBRT_BENCH_RUNS (5),
+-- TBRT_BENCH_PERSONALITY (linux-rc: variable framing; apple-uc posts whole
+-- strides and is shown as an extra row).
+local cjson = require("cjson")
+local uv = require("luv")
+
+local RUNS = tonumber(os.getenv("TBRT_BENCH_RUNS") or "") or 5
+local PERS = os.getenv("TBRT_BENCH_PERSONALITY") or "linux-rc"
+local build = os.getenv("TBRT_BUILD") or "build"
+local root = arg[0]:match("^(.*)/scripts/bench%.lua$") or "."
+local tbrt = uv.exepath()
+local cbench = build .. "/tbrt-bench"
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("*a")
+  p:close()
+  return out
+end
+
+local function median(list)
+  table.sort(list)
+  local n = #list
+  if n == 0 then return nil end
+  if n % 2 == 1 then return list[(n + 1) / 2] end
+  return (list[n / 2] + list[n / 2 + 1]) / 2
+end
+
+-- Run fn RUNS times; fn returns a number or nil, why.
+local function measure(name, fn)
+  local vals, why = {}, nil
+  for _ = 1, RUNS do
+    local v, w = fn()
+    if v then vals[#vals + 1] = v else why = w end
+  end
+  local m = median(vals)
+  io.stderr:write(string.format("# %-34s %s\n", name, m and string.format("%.4g (%d runs)", m, #vals)
+    or ("NA: " .. tostring(why))))
+  return m, why
+end
+
+---------------------------------------------------------------------------
+-- tbrt, C-driven and Lua-driven
+
+local function c_bench(dev, pers, mode, size, iters)
+  return function()
+    local out = sh(string.format("timeout 120 %s %s %s %s %d %d", cbench, dev, pers or "-", mode,
+      size, iters))
+    local v = tonumber(out:match("^%S+ ([%d.]+)"))
+    return v, not v and out:sub(1, 200) or nil
+  end
+end
+
+local function lua_bench(dev, pers, test, size, iters)
+  return function()
+    local cmd = string.format("timeout 120 %s %s/scripts/pair.lua --device %s %s --sizes %d " ..
+      "--iters %d --test %s --json --quiet", tbrt, root, dev,
+      pers and ("--personality " .. pers) or "", size, iters, test)
+    local out = sh(cmd)
+    local line = out:match("({.-})%s*$")
+    local ok, row = pcall(cjson.decode, line or "")
+    if not ok or type(row) ~= "table" then return nil, out:sub(1, 200) end
+    if test == "lat" then return row.lat_us end
+    return row.bw_push
+  end
+end
+
+---------------------------------------------------------------------------
+-- anchors (command lines as ../shared/tools/anchors.sh runs them)
+
+local port = 13400 + (uv.os_getpid() % 50) * 10
+local function next_port()
+  port = port + 1
+  return port
+end
+
+-- Start a server command in the background; returns a stop function.
+local function server(cmd)
+  local pidfile = os.tmpname()
+  os.execute(string.format("(%s >/dev/null 2>&1 & echo $! > %s)", cmd, pidfile))
+  local f = io.open(pidfile)
+  local pid = f and f:read("*n")
+  if f then f:close() end
+  os.remove(pidfile)
+  os.execute("sleep 0.4")
+  return function()
+    if pid then os.execute(string.format("kill %d 2>/dev/null; sleep 0.1; kill -9 %d 2>/dev/null", pid, pid)) end
+  end
+end
+
+local UCX_ENV = "UCX_TLS=sm UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n"
+
+local function ucx(test, size, n)
+  return function()
+    if sh("command -v ucx_perftest") == "" then return nil, "ucx_perftest not installed" end
+    local p = next_port()
+    local stop = server(string.format("%s timeout 60 ucx_perftest -p %d", UCX_ENV, p))
+    local w = math.max(10, math.floor(n / 10))
+    local out = sh(string.format("%s timeout 60 ucx_perftest 127.0.0.1 -p %d -f -t %s -s %d -n %d -w %d",
+      UCX_ENV, p, test, size, n, w))
+    stop()
+    local last
+    for line in out:gmatch("[^\n]+") do
+      local f = {}
+      for x in line:gmatch("%S+") do f[#f + 1] = x end
+      if #f >= 8 and f[1]:match("^%d+$") then last = f end
+    end
+    if not last then return nil, out:sub(-200) end
+    if test == "tag_lat" then return tonumber(last[2]) end        -- us, 50th percentile
+    return tonumber(last[6]) * 1048576 / 1e9                      -- MB/s (MiB/s) -> GB/s
+  end
+end
+
+local function qperf(test, size)
+  return function()
+    if sh("command -v qperf") == "" then return nil, "qperf not installed" end
+    local p = next_port()
+    local stop = server(string.format("timeout 60 qperf -lp %d", p))
+    local out = sh(string.format("timeout 30 qperf 127.0.0.1 -lp %d -t 1 -m %d -uu %s", p, size, test))
+    stop()
+    if test == "tcp_bw" then
+      local b = tonumber(out:match("bw%s*=%s*([%d.]+) bytes/sec"))
+      return b and b / 1e9, out:sub(1, 200)
+    end
+    local ns = tonumber(out:match("latency%s*=%s*([%d.]+) ns"))
+    return ns and ns / 1000, out:sub(1, 200)
+  end
+end
+
+---------------------------------------------------------------------------
+
+io.stderr:write(string.format("# tbrt bench: %d runs each, soft personality %s, %d CPUs\n", RUNS,
+  PERS, #uv.cpu_info()))
+local r = {}
+r.c_lat = measure("tbrt soft C lat 8 B", c_bench("soft", PERS, "lat", 8, 20000))
+r.c_bw64 = measure("tbrt soft C bw 64 KiB", c_bench("soft", PERS, "bw", 65536, 20000))
+r.c_bw4m = measure("tbrt soft C bw 4 MiB", c_bench("soft", PERS, "bw", 4194304, 300))
+r.lua_lat = measure("tbrt soft Lua lat 8 B", lua_bench("soft", PERS, "lat", 8, 20000))
+r.lua_bw64 = measure("tbrt soft Lua bw 64 KiB", lua_bench("soft", PERS, "bw", 65536, 20000))
+r.lua_bw4m = measure("tbrt soft Lua bw 4 MiB", lua_bench("soft", PERS, "bw", 4194304, 300))
+r.tcp_bw64 = measure("tbrt tcp C bw 64 KiB", c_bench("tcp", nil, "bw", 65536, 20000))
+r.tcp_bw4m = measure("tbrt tcp C bw 4 MiB", c_bench("tcp", nil, "bw", 4194304, 300))
+r.apple_lat = measure("tbrt soft apple-uc C lat 8 B", c_bench("soft", "apple-uc", "lat", 8, 20000))
+r.apple_bw4m = measure("tbrt soft apple-uc C bw 4 MiB", c_bench("soft", "apple-uc", "bw", 4194304, 300))
+r.ucx_lat = measure("ucx_perftest sm tag_lat 8 B", ucx("tag_lat", 8, 100000))
+r.ucx_bw64 = measure("ucx_perftest sm tag_bw 64 KiB", ucx("tag_bw", 65536, 20000))
+r.ucx_bw4m = measure("ucx_perftest sm tag_bw 4 MiB", ucx("tag_bw", 4194304, 300))
+r.qperf_bw64 = measure("qperf tcp_bw 64 KiB", qperf("tcp_bw", 65536))
+r.qperf_bw4m = measure("qperf tcp_bw 4 MiB", qperf("tcp_bw", 4194304))
+
+local function ratio(a, b) return (a and b and b ~= 0) and a / b or nil end
+local function f(v, fmt) return v and string.format(fmt or "%.3f", v) or "NA" end
+local function check(v, want, cmp)
+  if not v then return "" end
+  local ok = cmp == "<=" and v <= want or cmp == ">=" and v >= want
+  return string.format("%s %s %s", ok and "meets" or "misses", cmp, want)
+end
+
+local rows = {
+  { "soft 8 B one-way latency, us (C)", r.c_lat, r.ucx_lat, "ucx sm tag_lat", "<=", 1.0 },
+  { "soft 64 KiB bandwidth, GB/s (C)", r.c_bw64, r.ucx_bw64, "ucx sm tag_bw", ">=", 1.0 },
+  { "soft 4 MiB bandwidth, GB/s (C)", r.c_bw4m, r.ucx_bw4m, "ucx sm tag_bw", ">=", 1.0 },
+  { "soft 8 B one-way latency, us (Lua)", r.lua_lat, r.ucx_lat, "ucx sm tag_lat", "<=", 1.0 },
+  { "soft 64 KiB bandwidth, GB/s (Lua)", r.lua_bw64, r.ucx_bw64, "ucx sm tag_bw", ">=", 1.0 },
+  { "soft 4 MiB bandwidth, GB/s (Lua)", r.lua_bw4m, r.ucx_bw4m, "ucx sm tag_bw", ">=", 1.0 },
+  { "tcp 64 KiB bandwidth, GB/s (C)", r.tcp_bw64, r.qperf_bw64, "qperf tcp_bw", ">=", 0.9 },
+  { "tcp 4 MiB bandwidth, GB/s (C)", r.tcp_bw4m, r.qperf_bw4m, "qperf tcp_bw", ">=", 0.9 },
+  { "Lua / C, 64 KiB bandwidth", r.lua_bw64, r.c_bw64, "C-driven", ">=", 0.9 },
+  { "Lua / C, 4 MiB bandwidth", r.lua_bw4m, r.c_bw4m, "C-driven", nil },
+  { "Lua / C, 8 B latency (lower is better)", r.lua_lat, r.c_lat, "C-driven", nil },
+  { "apple-uc 8 B latency, us (whole strides)", r.apple_lat, r.ucx_lat, "ucx sm tag_lat", nil },
+  { "apple-uc 4 MiB bandwidth, GB/s", r.apple_bw4m, r.ucx_bw4m, "ucx sm tag_bw", nil },
+}
+
+print(string.format("%-42s %10s %10s  %-16s %7s  %s", "measure (" .. PERS .. ")", "tbrt", "anchor",
+  "anchor is", "ratio", "target"))
+for _, row in ipairs(rows) do
+  local q = ratio(row[2], row[3])
+  print(string.format("%-42s %10s %10s  %-16s %7s  %s", row[1], f(row[2]), f(row[3]), row[4],
+    f(q, "%.2f"), row[5] and check(q, row[6], row[5]) or "(information)"))
+end
+
+local out = io.open(build .. "/bench.json", "w")
+if out then
+  r.runs, r.personality = RUNS, PERS
+  out:write(cjson.encode(r), "\n")
+  out:close()
+end
