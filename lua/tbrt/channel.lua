@@ -14,6 +14,7 @@ return function(task)
 
   local Channel = {}
   Channel.__index = Channel
+  task.Channel = Channel        -- so tools can tell a channel (help, pretty)
 
   local function remove(list, item)
     for i = 1, #list do

@@ -94,7 +94,7 @@ kind("link", "a link", has_meta("tbrt.link", "Link"), {
   { "close([timeout])", "flush, wait for sends in flight, goodbye, teardown" },
 })
 
-kind("server", "a server (tbrt.listen)", shaped("srv", "port", "opts"), {
+kind("server", "a server (tbrt.listen)", has_meta("tbrt", "Server"), {
   { "accept([timeout])", "the next link (in a task)" },
   { "close()", "stop listening" },
 })
@@ -123,19 +123,19 @@ kind("device", "a verbs device", has_meta("tbrt.verbs", "Dev"), {
   { "close()", "close the device" },
 })
 
-kind("pd", "a protection domain", shaped("p", "dev"), {
+kind("pd", "a protection domain", has_meta("tbrt.verbs", "PD"), {
   { "qp{type=, send_cq=, recv_cq=, send_wr=, recv_wr=, ...}", "create a QP" },
   { "reg(buf, len [, access])", "register memory (keep buf alive)" },
   { "free()", "free the PD" },
 })
 
-kind("cq", "a completion queue", shaped("c", "dev", "wc"), {
+kind("cq", "a completion queue", has_meta("tbrt.verbs", "CQ"), {
   { "poll([n])", "up to n completions, with status names" },
   { "wait(n [, timeout])", "poll until n completions (busy)" },
   { "destroy()", "destroy the CQ" },
 })
 
-kind("qp", "a queue pair", shaped("q", "dev", "num"), {
+kind("qp", "a queue pair", has_meta("tbrt.verbs", "QP"), {
   { "modify{state=, port=, ...}", "modify with named attributes (mask from the keys)" },
   { "state()", "the QP state name" },
   { "post_send{mr=, len=, opcode=, ...}", "post one send" },
@@ -143,7 +143,7 @@ kind("qp", "a queue pair", shaped("q", "dev", "num"), {
   { "destroy()", "destroy the QP" },
 })
 
-kind("mr", "a memory region", shaped("m", "dev", "lkey"), {
+kind("mr", "a memory region", has_meta("tbrt.verbs", "MR"), {
   { "dereg()", "deregister" },
 })
 
@@ -165,7 +165,7 @@ kind("task module", "the tbrt.task module", is_module("tbrt.task"), {
   { "run(fn, ...)", "fn as a task until it finishes" },
 })
 
-kind("channel", "a channel", shaped("capacity", "buf", "senders", "receivers"), {
+kind("channel", "a channel", has_meta("tbrt.task", "Channel"), {
   { "send(v [, timeout])", "true, or nil, err (EPIPE when closed)" },
   { "recv([timeout])", "v, or nil, err (EOF when closed and empty)" },
   { "count()", "values buffered" },

@@ -80,6 +80,7 @@ end
 
 local Server = {}
 Server.__index = Server
+M.Server = Server
 
 function M.listen(host, port, opts)
   opts = link.check_opts(opts, 2)

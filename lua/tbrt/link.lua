@@ -108,6 +108,14 @@ end
 
 local function errtext(rc, msg) return ffi.string(C.tbrt_errname(rc)) .. ": " .. msg end
 
+-- Watchers told of every link probed (the REPL keeps a list to close them
+-- at exit): link.watch(fn) calls fn(link) for each new one.
+local watchers = {}
+function M.watch(fn)
+  if type(fn) ~= "function" then error("link.watch: expected a function", 2) end
+  watchers[#watchers + 1] = fn
+end
+
 -- Probe on a bootstrap socket (tbrt.sock). The link takes the socket over.
 -- Returns the link (state "probed"; l:caps() is this side's caps).
 function M.probe(sock, opts)
@@ -131,6 +139,7 @@ function M.probe(sock, opts)
     fds = ffi.new("int[2]"),
   }, Link)
   self.id = self:info().id
+  for _, fn in ipairs(watchers) do fn(self) end
   return self
 end
 

@@ -7,9 +7,8 @@
 --   help()  help(a)  help(tbrt)                 -- what there is, one line each
 --
 -- install(env) puts the helpers (and tbrt, task, uv) in env, and starts
--- keeping a weak list of every link made after that (by wrapping
--- tbrt.link.probe, where every link is born), so close_all() can close the
--- ones still open when the REPL exits.
+-- keeping a weak list of every link made after that (link.watch), so
+-- close_all() can close the ones still open when the REPL exits.
 local uv = require("luv")
 local task = require("tbrt.task")
 local pretty = require("tbrt.pretty")
@@ -189,13 +188,7 @@ local tracking = false
 function M.track()
   if tracking then return end
   tracking = true
-  local link = require("tbrt.link")
-  local probe = link.probe
-  link.probe = function(...)
-    local l, err = probe(...)
-    if l then open_links[l] = true end
-    return l, err
-  end
+  require("tbrt.link").watch(function(l) open_links[l] = true end)
 end
 
 -- The links made since track() that are still open, oldest first.

@@ -62,7 +62,7 @@ M.WC_STATUS, M.PORT_STATE = WC_STATUS, PORT_STATE
 ---------------------------------------------------------------------------
 local Dev, PD, CQ, QP, MR = {}, {}, {}, {}, {}
 Dev.__index, PD.__index, CQ.__index, QP.__index, MR.__index = Dev, PD, CQ, QP, MR
-M.Dev = Dev
+M.Dev, M.PD, M.CQ, M.QP, M.MR = Dev, PD, CQ, QP, MR
 
 function M.open(name, opts)
   opts = opts or {}
