@@ -1,0 +1,35 @@
+#!/bin/sh
+# deps.sh - install the Debian 12 packages tbrt needs, only those missing
+# (idempotent). Both README commands run it first. Needs root (or sudo).
+#
+#   scripts/deps.sh           build, run and test
+#   scripts/deps.sh bench     also the anchor tools of `make bench`
+set -eu
+
+PKGS="build-essential pkg-config luajit libluajit-5.1-dev libuv1-dev lua-luv lua-luv-dev
+libibverbs-dev lua-busted lua-cjson lua-argparse iproute2 procps"
+if [ "${1:-}" = bench ]; then
+  PKGS="$PKGS qperf ucx-utils libucx0 gnuplot-nox"
+fi
+
+missing=""
+for p in $PKGS; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing="$missing $p"
+  fi
+done
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
+    echo "deps.sh: need root to install:$missing" >&2
+    exit 1
+  fi
+else
+  SUDO=
+fi
+echo "deps.sh: installing:$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
