@@ -529,6 +529,24 @@ double tbrt_link_sleep_max(tbrt_link *l)
     return -1;
 }
 
+int tbrt_link_ready_for(tbrt_link *l, int what)
+{
+    if (!l || l->state != TBRT_LINK_READY)
+        return 1;               /* a call would return (an error) at once */
+    switch (what) {
+    case TBRT_WAIT_RECV:
+        if (!l->dev)
+            return 0;           /* tcp: only a recv knows; the caller polls the fd */
+        return l->t->readable(l) > 0 || l->bye;
+    case TBRT_WAIT_SEND:
+        return l->t->writable(l) || l->bye;
+    case TBRT_WAIT_IDLE:
+        return l->t->idle(l);
+    default:
+        return 1;
+    }
+}
+
 int tbrt_link_inflight(tbrt_link *l)
 {
     if (!l || !l->t || l->state == TBRT_LINK_CLOSED)

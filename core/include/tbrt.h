@@ -310,6 +310,12 @@ int tbrt_link_arm(tbrt_link *l);
  * again (seconds), or -1 for no limit: sends in flight on a software device
  * need the caller's calls to move. */
 double tbrt_link_sleep_max(tbrt_link *l);
+/* Would a call stop waiting now? what: TBRT_WAIT_RECV (bytes, EOF or an
+ * error to report), TBRT_WAIT_SEND (room in the ring, or an error),
+ * TBRT_WAIT_IDLE (no sends in flight, or an error). 1 yes, 0 no. Lets an
+ * event loop wait without calling recv/send to find out. */
+enum { TBRT_WAIT_RECV = 1, TBRT_WAIT_SEND = 2, TBRT_WAIT_IDLE = 3 };
+int tbrt_link_ready_for(tbrt_link *l, int what);
 /* Sends still in flight (posted, not completed; bytes not yet written on
  * the tcp link). An orderly close waits for 0 first. */
 int tbrt_link_inflight(tbrt_link *l);

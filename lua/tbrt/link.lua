@@ -183,39 +183,44 @@ function Link:activate(peer_caps, timeout)
     task.poll(sockfd, "r", left)
   end
   self.ready = true
+  self.tcp = self:info().kind == "tcp"
+  if self.tcp and not self.opts.spin then self.spin = 0 end   -- the kernel wakes tcp readers
   return true
 end
 
 ---------------------------------------------------------------------------
--- Waiting: spin while the core makes progress, then park on the fd.
+-- Waiting: spin while the core makes progress, then park on the fd. The
+-- data calls below try first and wait only on EAGAIN; no closures on these
+-- paths, so LuaJIT compiles them.
 
-function Link:_wait(ready, deadline, events)
+local WAIT_RECV, WAIT_SEND, WAIT_IDLE = C.TBRT_WAIT_RECV, C.TBRT_WAIT_SEND, C.TBRT_WAIT_IDLE
+
+-- Wait until a call for `what` would not block (or an error is there to
+-- report), or until deadline ("timeout"). Returns true when the caller
+-- should try again.
+function Link:_wait(what, deadline, events)
   local l = self._l
+  local spin = self.spin
+  local t_end = now() + spin
   while true do
-    local t_end = now() + self.spin
-    repeat
-      if ready() then return true end
-      local n = C.tbrt_link_progress(l)
-      if n < 0 then
-        if ready() then return true end
-        return nil, self:_err(n)
-      end
-      if n > 0 then t_end = now() + self.spin end
-    until now() >= t_end
-    if ready() then return true end
+    local n = C.tbrt_link_progress(l)
+    if n < 0 or C.tbrt_link_ready_for(l, what) ~= 0 then return true end
     local t = now()
-    if deadline and t >= deadline then return nil, "timeout" end
-    local a = C.tbrt_link_arm(l)
-    if a < 0 then return nil, self:_err(a) end
-    if a == 0 then
+    if n > 0 then t_end = t + spin end
+    if t >= t_end then
+      if deadline and t >= deadline then return nil, "timeout" end
+      local a = C.tbrt_link_arm(l)
+      if a ~= 0 then
+        if a > 0 then task.sleep(0) end       -- let others run, then look again
+        return true
+      end
       local nap = NAP_MAX
       local cap = C.tbrt_link_sleep_max(l)
       if cap >= 0 and cap < nap then nap = cap end
       if deadline and deadline - t < nap then nap = deadline - t end
       local nfd, fd0 = self:_fds()
-      if nfd > 0 then task.poll(fd0, events or "r", nap) else task.sleep(nap) end
-    else
-      task.sleep(0)
+      if nfd > 0 then task.poll(fd0, events, nap) else task.sleep(nap) end
+      return true
     end
   end
 end
@@ -231,87 +236,71 @@ local function as_pointer(data, len, what)
 end
 
 -- Send all of data (coalesced into strides; flush at message boundaries).
--- Returns the byte count, or nil, err (bytes accepted before the error are
--- on their way).
+-- Returns the byte count, or nil, err, bytes-accepted-before-the-error.
 function Link:send(data, len, timeout)
-  self:_check()
-  local p, n = as_pointer(data, len, "send")
-  local done = 0
   local l = self._l
-  local function ready()
-    while done < n do
-      local r = tonumber(C.tbrt_link_send(l, p + done, n - done))
-      if r == EAGAIN then return false end
-      if r < 0 then self._werr = r return true end
+  if not l then error("link is closed", 2) end
+  local p, n = as_pointer(data, len, "send")
+  local done, deadline = 0, nil
+  while done < n do
+    local r = tonumber(C.tbrt_link_send(l, p + done, n - done))
+    if r > 0 then
       done = done + r
-    end
-    return true
-  end
-  self._werr = nil
-  if ready() and not self._werr then return n end
-  if not self._werr then
-    timeout = timeout or self.timeout
-    local ok, err = self:_wait(ready, now() + timeout, self:is_tcp() and "w" or "r")
-    if not ok then
-      if err == "timeout" then
-        return nil, string.format("ETIMEDOUT: link %d: send: %d of %d bytes accepted within %g s " ..
-          "(the peer is not reading)", self.id, done, n, timeout), done
+    elseif r == EAGAIN then
+      deadline = deadline or now() + (timeout or self.timeout)
+      if not self:_wait(WAIT_SEND, deadline, self.tcp and "w" or "r") then
+        return nil, string.format("ETIMEDOUT: link %d: send: %d of %d bytes accepted within " ..
+          "%g s (the peer is not reading)", self.id, done, n, timeout or self.timeout), done
       end
-      return nil, err, done
+    else
+      return nil, self:_err(r), done
     end
   end
-  if self._werr then return nil, self:_err(self._werr), done end
   return n
 end
 
 -- Post the partly filled stride (tcp: write the coalesced bytes).
 function Link:flush(timeout)
-  self:_check()
-  local rc = C.tbrt_link_flush(self._l)
-  if rc == 0 then return true end
-  if rc ~= EAGAIN then return nil, self:_err(rc) end
   local l = self._l
-  local ok, err = self:_wait(function()
-    rc = C.tbrt_link_flush(l)
-    return rc ~= EAGAIN
-  end, now() + (timeout or self.timeout), "w")
-  if not ok then return nil, err == "timeout" and "ETIMEDOUT: flush" or err end
-  if rc ~= 0 then return nil, self:_err(rc) end
-  return true
+  if not l then error("link is closed", 2) end
+  local deadline
+  while true do
+    local rc = C.tbrt_link_flush(l)
+    if rc == 0 then return true end
+    if rc ~= EAGAIN then return nil, self:_err(rc) end
+    deadline = deadline or now() + (timeout or self.timeout)
+    if not self:_wait(WAIT_SEND, deadline, "w") then
+      return nil, string.format("ETIMEDOUT: link %d: flush: not done within %g s", self.id,
+        timeout or self.timeout)
+    end
+  end
 end
 
 -- Receive into a cdata buffer: exactly n bytes, or with some = true as soon
 -- as any arrived. Returns the count, or nil, err, count-so-far.
 function Link:recv_into(buf, n, timeout, some)
-  self:_check()
-  local p = ffi.cast("uint8_t *", buf)
-  local got, rerr, eof = 0, nil, false
   local l = self._l
-  local function ready()
-    while got < n do
-      local r = tonumber(C.tbrt_link_recv(l, p + got, n - got))
-      if r == EAGAIN then return some and got > 0 end
-      if r == 0 then eof = true return true end
-      if r < 0 then rerr = r return true end
+  if not l then error("link is closed", 2) end
+  local p = ffi.cast("uint8_t *", buf)
+  local got, deadline = 0, nil
+  while got < n do
+    local r = tonumber(C.tbrt_link_recv(l, p + got, n - got))
+    if r > 0 then
       got = got + r
-    end
-    return true
-  end
-  if not ready() then
-    timeout = timeout or self.timeout
-    local ok, err = self:_wait(ready, now() + timeout, "r")
-    if not ok then
-      if err == "timeout" then
+      if some then return got end
+    elseif r == EAGAIN then
+      deadline = deadline or now() + (timeout or self.timeout)
+      if not self:_wait(WAIT_RECV, deadline, "r") then
         return nil, string.format("ETIMEDOUT: link %d: recv: %d of %d bytes arrived within %g s " ..
-          "(peer alive but silent)", self.id, got, n, timeout), got
+          "(peer alive but silent)", self.id, got, n, timeout or self.timeout), got
       end
-      return nil, err, got
+    elseif r == 0 then
+      if some and got > 0 then return got end
+      return nil, string.format("EOF: link %d: the peer closed the link after %d of %d bytes",
+        self.id, got, n), got
+    else
+      return nil, self:_err(r), got
     end
-  end
-  if rerr then return nil, self:_err(rerr), got end
-  if eof and got < n and not (some and got > 0) then
-    return nil, string.format("EOF: link %d: the peer closed the link after %d of %d bytes",
-      self.id, got, n), got
   end
   return got
 end
@@ -399,8 +388,10 @@ function Link:close(timeout)
   local l = self._l
   if self.ready and task.current() then
     C.tbrt_link_flush(l)
-    self:_wait(function() return C.tbrt_link_inflight(l) == 0 end,
-      now() + math.min(timeout or 2, self.timeout), "w")
+    local deadline = now() + math.min(timeout or 2, self.timeout)
+    while C.tbrt_link_inflight(l) ~= 0 and C.tbrt_link_progress(l) >= 0 do
+      if not self:_wait(WAIT_IDLE, deadline, "w") then break end
+    end
   end
   local n, fd0, fd1 = self:_fds()
   if n >= 1 then task.poll_close(fd0) end
