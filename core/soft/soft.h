@@ -122,9 +122,14 @@ struct soft_ctx_hdr {
     _Atomic uint64_t attention;
 };
 
+/* Fields written by different processes sit on separate cache lines, so a
+ * write by one end does not steal the line the other end is polling. */
+#define SOFT_LINE 64
+#define SOFT_OWN_LINE _Alignas(SOFT_LINE)
+
 /* A posted receive. */
 struct soft_rqe {
-    uint64_t wr_id;
+    SOFT_OWN_LINE uint64_t wr_id;   /* one entry per line pair: no false sharing */
     uint32_t num_sge;
     uint32_t frames;
     uint64_t total;
@@ -159,6 +164,7 @@ struct soft_swr {
 
 /* The shared half of a queue pair: state, receive queue, send queue. */
 struct soft_qp_shared {
+    /* read mostly */
     _Atomic uint32_t state;     /* enum ibv_qp_state */
     _Atomic uint32_t remote_err; /* set by whoever moved it to ERR remotely */
     uint32_t qp_type;
@@ -169,16 +175,17 @@ struct soft_qp_shared {
     uint32_t rq_cap;            /* slots in rq[] */
     uint64_t recv_cq_off;       /* CQ blocks in the owner ctx */
     uint64_t send_cq_off;
-    _Atomic uint64_t rq_prod;   /* owner: next slot to fill */
-    _Atomic uint64_t rq_cons;   /* senders: next slot to take (CAS) */
-    /* send queue: slots [sq_head, sq_tail) wait to be executed */
     uint32_t sq_cap;
     uint32_t dest_qpn;          /* RC/UC: the connected peer, from RTR */
     uint64_t sq_off;            /* soft_swr[sq_cap] at this offset in the block */
-    _Atomic int32_t sq_lock;    /* pid of the executor, 0 when free */
     uint8_t timeout, retry_cnt, rnr_retry, mtu;
+    /* receive queue: slots [rq_cons, rq_prod) are posted */
+    SOFT_OWN_LINE _Atomic uint64_t rq_prod;     /* owner: next slot to fill */
+    SOFT_OWN_LINE _Atomic uint64_t rq_cons;     /* senders: next slot to take (CAS) */
+    /* send queue: slots [sq_head, sq_tail) wait to be executed */
+    SOFT_OWN_LINE _Atomic uint64_t sq_tail;     /* owner: next free slot */
+    SOFT_OWN_LINE _Atomic int32_t sq_lock;      /* pid of the executor, 0 when free */
     _Atomic uint64_t sq_head;   /* executor: next to run */
-    _Atomic uint64_t sq_tail;   /* owner: next free slot */
     struct soft_rqe rq[];
 };
 
@@ -188,7 +195,7 @@ static inline struct soft_swr *soft_sq(struct soft_qp_shared *s)
 }
 
 struct soft_cqe {
-    _Atomic uint64_t seq;       /* ticket + 1 once the entry is written */
+    SOFT_OWN_LINE _Atomic uint64_t seq; /* ticket + 1 once the entry is written */
     struct ibv_wc wc;
 };
 
@@ -196,12 +203,11 @@ struct soft_cqe {
  * for send completions, peers for receive completions), one consumer. */
 struct soft_cq_shared {
     uint32_t cap;               /* power of two */
-    _Atomic uint32_t armed;
-    _Atomic uint32_t overrun;
-    uint32_t pad;
-    _Atomic uint64_t prod;
-    _Atomic uint64_t cons;
     char sock[SOFT_SOCK_NAME];  /* abstract socket that wakes the owner */
+    SOFT_OWN_LINE _Atomic uint64_t prod;        /* producers (CAS) */
+    SOFT_OWN_LINE _Atomic uint64_t cons;        /* the owner */
+    SOFT_OWN_LINE _Atomic uint32_t armed;       /* owner sets, a producer clears */
+    _Atomic uint32_t overrun;
     struct soft_cqe ring[];
 };
 
@@ -310,6 +316,7 @@ struct soft_qp {
     struct soft_qp_shared *peer_qp;
     uint64_t peer_checked_ns;
     uint64_t lock_checked_ns;   /* last look for a dead holder of our SQ lock */
+    unsigned help_tick;         /* look at the peer's send queue every 16th turn */
 };
 
 struct soft_mr {

@@ -84,9 +84,13 @@ int soft_destroy_cq(tbrt_cq *cq)
 
 int soft_cq_push(struct soft_dev *sd, struct soft_cq_shared *cq, const struct ibv_wc *wc)
 {
-    uint64_t p = atomic_load_explicit(&cq->prod, memory_order_relaxed);
+    uint64_t p;
     for (;;) {
+        /* cons before prod: then prod >= cons always holds for what we read
+         * (the other order could see a cons that already passed a stale prod
+         * and call a wrapped-around difference an overrun) */
         uint64_t c = atomic_load_explicit(&cq->cons, memory_order_acquire);
+        p = atomic_load_explicit(&cq->prod, memory_order_acquire);
         if (p - c >= cq->cap) {
             atomic_store(&cq->overrun, 1);
             return -EOVERFLOW;

@@ -214,8 +214,10 @@ void soft_progress(struct soft_dev *sd)
                 now = now_ns();
             soft_sq_run(sd, sd->self, s, q, now);
         }
-        /* a connected peer's sends waiting for us: run them from here */
-        if (q->qp.qp_type == IBV_QPT_UD || !q->dest_qpn)
+        /* a connected peer's sends waiting for us: run them from here. Not on
+         * every call: reading its queue's lines while it posts slows it down,
+         * and a sender runs its own sends as it posts them anyway */
+        if (q->qp.qp_type == IBV_QPT_UD || !q->dest_qpn || (++q->help_tick & 15))
             continue;
         struct soft_qp_shared *pqp = q->peer_qp;
         if (!pqp) {
