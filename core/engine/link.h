@@ -96,6 +96,17 @@ struct tbrt_link {
 /* Break the link: record the errno and a message "link N: <op>: ...";
  * returns -err. A broken link keeps its first error. */
 int link_fail(tbrt_link *l, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A failure of one call that leaves the link usable (a timeout); -err. */
+int link_note(tbrt_link *l, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Whether the link may be used for data now; 0, or -errno with a message. */
+int link_usable(tbrt_link *l, const char *op);
+
+/* wait.c: spin, then sleep on the fds, until cond holds or timeout (s). */
+typedef bool (*link_cond)(tbrt_link *l, void *arg);
+int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, const char *what,
+              bool writing);
+int link_wait_idle(tbrt_link *l, double timeout);
+
 /* Note a step of the teardown ("qp", "mr", ...) for tbrt_link_teardown. */
 void link_log_teardown(tbrt_link *l, const char *what);
 
