@@ -1,5 +1,5 @@
 /* link.c - the link API: options, probe, activation and readiness, the data
- * path entry points (non-blocking and bounded blocking), close.
+ * path entry points (non-blocking; the blocking ones are in wait.c), close.
  *
  * Link states: PROBED (resources made, caps known) -> ACTIVATING (queue pair
  * up, readiness byte sent) -> READY (the peer's 0x2A arrived) -> CLOSED; any
