@@ -91,6 +91,9 @@ local function measure(host, port)
   local l, err = tbrt.connect(host, port, opts)
   if not l then die(err) end
   describe(l)
+  -- warm up (JIT, page faults, caches) so the first row measures the link
+  local wok, werr = pcall(perf.measure, l, 64, { iters = 500, timeout = args.timeout })
+  if not wok then die("warm-up: " .. tostring(werr)) end
   say(perf.format_header())
   local rows = {}
   for _, n in ipairs(sizes) do
