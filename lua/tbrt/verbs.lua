@@ -134,13 +134,32 @@ function Dev:gids(port)
   return out
 end
 
+-- GID text as inet_ntop writes IPv6: ::ffff:a.b.c.d, fe80::..., ::1.
 function M.gid_text(raw)
   if raw:sub(1, 12) == string.rep("\0", 10) .. "\255\255" then
     return "::ffff:" .. table.concat({ raw:byte(13, 16) }, ".")
   end
-  local parts = {}
-  for i = 1, 16, 2 do parts[#parts + 1] = string.format("%x", raw:byte(i) * 256 + raw:byte(i + 1)) end
-  return table.concat(parts, ":")
+  local w = {}
+  for i = 1, 16, 2 do w[#w + 1] = raw:byte(i) * 256 + raw:byte(i + 1) end
+  -- the longest run of two or more zero groups becomes "::"
+  local best, best_len, i = nil, 1, 1
+  while i <= 8 do
+    if w[i] == 0 then
+      local j = i
+      while j <= 8 and w[j] == 0 do j = j + 1 end
+      if j - i > best_len then best, best_len = i, j - i end
+      i = j
+    else
+      i = i + 1
+    end
+  end
+  local function hex(a, b)
+    local t = {}
+    for k = a, b do t[#t + 1] = string.format("%x", w[k]) end
+    return table.concat(t, ":")
+  end
+  if not best then return hex(1, 8) end
+  return hex(1, best - 1) .. "::" .. hex(best + best_len, 8)
 end
 
 function Dev:pd()
