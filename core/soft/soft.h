@@ -317,6 +317,7 @@ struct soft_qp {
     uint64_t peer_checked_ns;
     uint64_t lock_checked_ns;   /* last look for a dead holder of our SQ lock */
     unsigned help_tick;         /* look at the peer's send queue every 16th turn */
+    unsigned alive_tick;        /* look at the clock every 64th send */
 };
 
 struct soft_mr {
@@ -397,7 +398,7 @@ void soft_sq_unlock(struct soft_qp_shared *s);
 
 /* soft_exec.c: executing one send queue */
 void soft_sq_run(struct soft_dev *sd, struct soft_peer *owner, struct soft_qp_shared *sqp,
-                 struct soft_qp *local, uint64_t now);
+                 struct soft_qp *local);
 
 /* soft_gid.c */
 void soft_gid_build(struct soft_dev *sd);

@@ -44,8 +44,15 @@ struct exec {
     struct soft_qp *local;          /* the owner's QP when the owner runs it */
     struct soft_peer *target;       /* connected: where the sends go */
     struct soft_qp_shared *tqp;
-    uint64_t now;
+    uint64_t now;                   /* 0 until needed: the clock is not free */
 };
+
+static uint64_t exec_now(struct exec *e)
+{
+    if (!e->now)
+        e->now = now_ns();
+    return e->now;
+}
 
 static enum ibv_wc_opcode wc_opcode(uint32_t op)
 {
@@ -150,9 +157,10 @@ static int scatter(struct soft_swr *w, void **src, struct soft_peer *target,
 }
 
 /* Owner side: the connected peer, if reachable and ready to receive. */
-static struct soft_qp_shared *connected_peer(struct soft_qp *q, uint64_t now)
+static struct soft_qp_shared *connected_peer(struct soft_qp *q, struct exec *e)
 {
     if (!q->peer_qp) {
+        uint64_t now = exec_now(e);
         if (q->peer_checked_ns && now - q->peer_checked_ns < PEER_CHECK_NS)
             return NULL;        /* looked a moment ago */
         q->peer_checked_ns = now;
@@ -166,8 +174,10 @@ static struct soft_qp_shared *connected_peer(struct soft_qp *q, uint64_t now)
         q->peer_qp = NULL;      /* look it up again later */
         return NULL;
     }
-    if (now - q->peer_checked_ns > PEER_CHECK_NS) {
-        q->peer_checked_ns = now;
+    /* is its process still there? a look at the clock every 64 sends, at
+     * the process every millisecond */
+    if ((++q->alive_tick & 63) == 0 && exec_now(e) - q->peer_checked_ns > PEER_CHECK_NS) {
+        q->peer_checked_ns = exec_now(e);
         if (!soft_peer_alive(q->peer)) {
             q->peer_qp = NULL;
             return NULL;
@@ -183,11 +193,11 @@ static int no_peer(struct exec *e, struct soft_swr *w)
     if (e->sqp->qp_type != IBV_QPT_RC)
         return DONE;
     if (!w->first_try_ns)
-        w->first_try_ns = e->now;
+        w->first_try_ns = exec_now(e);
     if (e->sqp->timeout == 0)
         return WAIT;            /* timeout 0: wait forever */
     uint64_t limit = 4096ull * (1ull << e->sqp->timeout) * (e->sqp->retry_cnt + 1u);
-    if (e->now - w->first_try_ns >= limit)
+    if (exec_now(e) - w->first_try_ns >= limit)
         return fail_send(e, w, IBV_WC_RETRY_EXC_ERR, SOFT_VERR_PEER_GONE);
     return WAIT;
 }
@@ -205,13 +215,13 @@ static int no_receive(struct exec *e, struct soft_swr *w)
         if (e->sqp->rnr_retry != 7 && w->rnr_count > e->sqp->rnr_retry)
             return fail_send(e, w, IBV_WC_RNR_RETRY_EXC_ERR, SOFT_VERR_RNR);
     }
-    w->next_try_ns = e->now + rnr_us[e->tqp->min_rnr_timer & 31] * 1000ull;
+    w->next_try_ns = exec_now(e) + rnr_us[e->tqp->min_rnr_timer & 31] * 1000ull;
     return WAIT;
 }
 
 static int deliver_connected(struct exec *e, struct soft_swr *w)
 {
-    if (w->next_try_ns && e->now < w->next_try_ns)
+    if (w->next_try_ns && exec_now(e) < w->next_try_ns)
         return WAIT;            /* an RNR NAK's timer is running */
     uint32_t op = w->opcode;
     void *src[SOFT_MAX_SGE];
@@ -222,7 +232,7 @@ static int deliver_connected(struct exec *e, struct soft_swr *w)
         return fail_send(e, w, IBV_WC_LOC_PROT_ERR, SOFT_VERR_LKEY);
     }
     if (e->local) {
-        e->tqp = connected_peer(e->local, e->now);
+        e->tqp = connected_peer(e->local, e);
         if (!e->tqp)
             return no_peer(e, w);
         e->target = e->local->peer;
@@ -388,22 +398,28 @@ void soft_sq_unlock(struct soft_qp_shared *s)
 }
 
 void soft_sq_run(struct soft_dev *sd, struct soft_peer *owner, struct soft_qp_shared *sqp,
-                 struct soft_qp *local, uint64_t now)
+                 struct soft_qp *local)
 {
     if (atomic_load_explicit(&sqp->sq_head, memory_order_relaxed) ==
         atomic_load_explicit(&sqp->sq_tail, memory_order_acquire))
         return;
-    /* the owner may take the lock back from a dead peer, once a millisecond */
-    bool steal = local && now - local->lock_checked_ns > 1000000ull;
-    if (steal)
+    if (!soft_sq_lock(sd, sqp, false)) {
+        /* the other end is running it; or it died holding the lock, which
+         * the owner takes back (checked once a millisecond) */
+        if (!local)
+            return;
+        uint64_t now = now_ns();
+        if (now - local->lock_checked_ns < 1000000ull)
+            return;
         local->lock_checked_ns = now;
-    if (!soft_sq_lock(sd, sqp, steal))
-        return;                 /* the other end is running it */
+        if (!soft_sq_lock(sd, sqp, true))
+            return;
+    }
     if (!local && soft_peer_is_self(owner))
         for (struct soft_qp *q = sd->qps; q; q = q->next)
             if (q->sh == sqp)
                 local = q;      /* ours after all: run it as the owner */
-    struct exec e = {.sd = sd, .owner = owner, .sqp = sqp, .local = local, .now = now};
+    struct exec e = {.sd = sd, .owner = owner, .sqp = sqp, .local = local};
     if (!local) {
         /* the receiver runs it: the target is our QP that it is connected to */
         e.target = sd->self;

@@ -203,17 +203,13 @@ int soft_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad
 
 void soft_progress(struct soft_dev *sd)
 {
-    uint64_t now = 0;
     for (struct soft_qp *q = sd->qps; q; q = q->next) {
         struct soft_qp_shared *s = q->sh;
         if (q->qp.state != IBV_QPS_RTS && q->qp.state != IBV_QPS_RTR)
             continue;
         if (atomic_load_explicit(&s->sq_head, memory_order_relaxed) !=
-            atomic_load_explicit(&s->sq_tail, memory_order_relaxed)) {
-            if (!now)
-                now = now_ns();
-            soft_sq_run(sd, sd->self, s, q, now);
-        }
+            atomic_load_explicit(&s->sq_tail, memory_order_relaxed))
+            soft_sq_run(sd, sd->self, s, q);
         /* a connected peer's sends waiting for us: run them from here. Not on
          * every call: reading its queue's lines while it posts slows it down,
          * and a sender runs its own sends as it posts them anyway */
@@ -221,8 +217,7 @@ void soft_progress(struct soft_dev *sd)
             continue;
         struct soft_qp_shared *pqp = q->peer_qp;
         if (!pqp) {
-            if (!now)
-                now = now_ns();
+            uint64_t now = now_ns();
             if (q->peer_checked_ns && now - q->peer_checked_ns < 1000000ull)
                 continue;
             q->peer_checked_ns = now;
@@ -232,10 +227,7 @@ void soft_progress(struct soft_dev *sd)
         }
         if (pqp->dest_qpn == q->qp.qp_num && pqp->qpn == q->dest_qpn &&
             atomic_load_explicit(&pqp->sq_head, memory_order_relaxed) !=
-                atomic_load_explicit(&pqp->sq_tail, memory_order_acquire)) {
-            if (!now)
-                now = now_ns();
-            soft_sq_run(sd, q->peer, pqp, NULL, now);
-        }
+                atomic_load_explicit(&pqp->sq_tail, memory_order_acquire))
+            soft_sq_run(sd, q->peer, pqp, NULL);
     }
 }
