@@ -32,7 +32,9 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "dev/dev.h"
@@ -127,14 +129,22 @@ struct soft_ctx_hdr {
 #define SOFT_LINE 64
 #define SOFT_OWN_LINE _Alignas(SOFT_LINE)
 
-/* A posted receive. */
+/* A posted receive. With one or two scatter entries it is one cache line:
+ * copy it with soft_rqe_copy, which touches the second only when needed. */
 struct soft_rqe {
-    SOFT_OWN_LINE uint64_t wr_id;   /* one entry per line pair: no false sharing */
+    SOFT_OWN_LINE uint64_t wr_id;   /* entries never share a line */
     uint32_t num_sge;
     uint32_t frames;
     uint64_t total;
     struct ibv_sge sge[SOFT_MAX_SGE];
 };
+
+static inline void soft_rqe_copy(struct soft_rqe *to, const struct soft_rqe *from)
+{
+    size_t n = from->num_sge <= SOFT_MAX_SGE ? from->num_sge : SOFT_MAX_SGE;
+    memcpy(to, from, offsetof(struct soft_rqe, sge) + n * sizeof from->sge[0]);
+    to->num_sge = (uint32_t)n;
+}
 
 /* A posted send, in shared memory so either end can execute it. No
  * pointers: the address handle of a UD send is copied in. */

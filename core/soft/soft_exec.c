@@ -269,7 +269,7 @@ static int deliver_connected(struct exec *e, struct soft_swr *w)
         uint64_t c = atomic_load_explicit(&t->rq_cons, memory_order_acquire);
         if (c == atomic_load_explicit(&t->rq_prod, memory_order_acquire))
             return no_receive(e, w);
-        r = t->rq[c % t->rq_cap];
+        soft_rqe_copy(&r, &t->rq[c % t->rq_cap]);
         if (atomic_compare_exchange_weak_explicit(&t->rq_cons, &c, c + 1, memory_order_acq_rel,
                                                   memory_order_relaxed))
             break;
@@ -341,7 +341,7 @@ static int deliver_ud(struct exec *e, struct soft_swr *w)
         uint64_t c = atomic_load(&pqp->rq_cons);
         if (c == atomic_load(&pqp->rq_prod))
             return DONE;        /* no receive: dropped */
-        r = pqp->rq[c % pqp->rq_cap];
+        soft_rqe_copy(&r, &pqp->rq[c % pqp->rq_cap]);
         if (atomic_compare_exchange_weak(&pqp->rq_cons, &c, c + 1))
             break;
     }

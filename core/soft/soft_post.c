@@ -63,15 +63,17 @@ int soft_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
             soft_cq_push(sd, cq_sh(qp->recv_cq), &wc);
             continue;
         }
-        rq_reclaim(q);
         uint64_t prod = atomic_load_explicit(&s->rq_prod, memory_order_relaxed);
-        if (prod - atomic_load(&s->rq_cons) >= s->rq_cap ||
+        /* what senders took: read their line only when we seem to be full */
+        if (prod - q->rq_frames_done >= s->rq_cap || q->rq_frames + r.frames > qp->cap.max_recv_wr)
+            rq_reclaim(q);
+        if (prod - q->rq_frames_done >= s->rq_cap ||
             q->rq_frames + r.frames > qp->cap.max_recv_wr)
             return dev_fail(qp->dev, ENOMEM, "post_recv: receive queue full (%u of %u%s)",
                             q->rq_frames, qp->cap.max_recv_wr,
                             p->depth_in_frames ? " frames; TN3205 counts depth in 4 KiB frames"
                                                : " work requests");
-        s->rq[prod % s->rq_cap] = r;
+        soft_rqe_copy(&s->rq[prod % s->rq_cap], &r);
         q->rq_frames += r.frames;
         atomic_store_explicit(&s->rq_prod, prod + 1, memory_order_release);
     }

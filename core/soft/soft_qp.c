@@ -171,7 +171,8 @@ static void flush_rq(struct soft_qp *q)
         uint64_t c = atomic_load(&s->rq_cons);
         if (c >= atomic_load(&s->rq_prod))
             break;
-        struct soft_rqe r = s->rq[c % s->rq_cap];
+        struct soft_rqe r;
+        soft_rqe_copy(&r, &s->rq[c % s->rq_cap]);
         if (!atomic_compare_exchange_strong(&s->rq_cons, &c, c + 1))
             continue;
         q->rq_frames_done += r.frames;
