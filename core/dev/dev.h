@@ -64,6 +64,10 @@ struct tbrt_dev_ops {
 
     /* Text for a completion's vendor_err; NULL or "" when none. */
     const char *(*vendor_err)(tbrt_dev *dev, uint32_t code);
+
+    /* Optional: change a port's state at run time (a pulled cable), for
+     * fault injection. NULL when the device cannot. */
+    int (*set_port_state)(tbrt_dev *dev, uint8_t port, int state);
 };
 
 /* The device kinds, in selection order (dev/devices.c). */

@@ -84,6 +84,15 @@ int tbrt_port_query(tbrt_dev *dev, uint8_t port, struct ibv_port_attr *attr)
     return dev->ops->query_port(dev, port, attr);
 }
 
+int tbrt_port_set_state(tbrt_dev *dev, uint8_t port, int state)
+{
+    NEED(dev, "dev");
+    if (!dev->ops->set_port_state)
+        return dev_fail(dev, EOPNOTSUPP, "set_port_state: a %s device's ports cannot be "
+                        "changed from here", dev->kind);
+    return dev->ops->set_port_state(dev, port, state);
+}
+
 int tbrt_gid_query(tbrt_dev *dev, uint8_t port, int index, struct ibv_gid_entry *entry)
 {
     NEED(dev && entry, "dev/entry");

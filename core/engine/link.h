@@ -52,6 +52,7 @@ struct tbrt_link {
     bool peer_dead;             /* the bootstrap socket failed */
     bool fallback;              /* RDMA link that fell back to TCP */
     double last_live_check;
+    double last_port_check;
     unsigned live_tick;
     int inject;                 /* test hook: corrupt the next frame */
 

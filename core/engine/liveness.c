@@ -20,8 +20,10 @@
 #include "engine/link.h"
 #include "util/util.h"
 
-/* While spinning, look at the socket at most this often (seconds). */
+/* While spinning, look at the socket at most this often (seconds), and at
+ * the port's state. */
 #define LIVENESS_CHECK_EVERY 0.001
+#define PORT_CHECK_EVERY 0.02
 
 int link_socket_setup(tbrt_link *l, char *err, size_t errlen)
 {
@@ -89,16 +91,33 @@ int link_recv_byte(tbrt_link *l, uint8_t *b)
     }
 }
 
+/* The link's port, looked at with the socket: a port that leaves ACTIVE
+ * (cable pulled) loses frames silently on UC, so say so at once. */
+static int check_port(tbrt_link *l, double now)
+{
+    if (!l->dev || now - l->last_port_check < PORT_CHECK_EVERY)
+        return 0;
+    l->last_port_check = now;
+    struct ibv_port_attr pa;
+    if (tbrt_port_query(l->dev, l->port, &pa) != 0 || pa.state == IBV_PORT_ACTIVE)
+        return 0;
+    return link_fail(l, ENETDOWN, "port %u of %s went %s (link lost: cable, switch or peer "
+                     "port down)", l->port, tbrt_dev_name(l->dev), dev_port_state_name(pa.state));
+}
+
 int link_check_liveness(tbrt_link *l, bool force)
 {
     if (l->bye || l->peer_dead)
         return 0;
+    double now = now_s();
     if (!force) {
-        double now = now_s();
         if (now - l->last_live_check < LIVENESS_CHECK_EVERY)
             return 0;
         l->last_live_check = now;
     }
+    int prc = check_port(l, now);
+    if (prc)
+        return prc;
     uint8_t b;
     int rc = link_recv_byte(l, &b);
     if (rc == 0)

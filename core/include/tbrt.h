@@ -134,6 +134,11 @@ const char *tbrt_dev_vendor_err(tbrt_dev *dev, uint32_t vendor_err);
 
 int tbrt_dev_query(tbrt_dev *dev, struct ibv_device_attr *attr);
 int tbrt_port_query(tbrt_dev *dev, uint8_t port, struct ibv_port_attr *attr);
+/* Take a port DOWN or back ACTIVE at run time, as a pulled or plugged cable
+ * would (fault injection; soft devices: seen by every process on the host
+ * until the setting process exits; state 0 restores the configured state).
+ * -EOPNOTSUPP on devices that cannot. */
+int tbrt_port_set_state(tbrt_dev *dev, uint8_t port, int state);
 /* A GID entry with its type; the type is -EOPNOTSUPP'd on providers that do
  * not know types (Apple): then gid_type is set to IBV_GID_TYPE_IB and the
  * call returns 1 instead of 0. An empty entry gives -ENODATA. */

@@ -90,6 +90,7 @@ enum soft_verr {
     SOFT_VERR_REMOTE,              /* the responder reported an error */
     SOFT_VERR_OPCODE,              /* opcode not valid for this QP type */
     SOFT_VERR_QKEY,                /* UD: qkey mismatch (dropped) */
+    SOFT_VERR_PORT_DOWN,           /* a port on the path is not ACTIVE */
 };
 
 /* ---- shared memory layouts ---------------------------------------------- */
@@ -189,6 +190,8 @@ struct soft_qp_shared {
     uint32_t dest_qpn;          /* RC/UC: the connected peer, from RTR */
     uint64_t sq_off;            /* soft_swr[sq_cap] at this offset in the block */
     uint8_t timeout, retry_cnt, rnr_retry, mtu;
+    uint8_t port;               /* its port and device (soft<dev>), for link state */
+    uint8_t dev_index;
     /* receive queue: slots [rq_cons, rq_prod) are posted */
     SOFT_OWN_LINE _Atomic uint64_t rq_prod;     /* owner: next slot to fill */
     SOFT_OWN_LINE _Atomic uint64_t rq_cons;     /* senders: next slot to take (CAS) */
@@ -224,7 +227,8 @@ struct soft_cq_shared {
 /* ---- the fabric registry ------------------------------------------------ */
 
 #define SOFT_FABRIC_MAGIC 0x4342414654524254ull /* "TBRTFABC" */
-#define SOFT_FABRIC_VERSION 1
+#define SOFT_FABRIC_VERSION 2
+#define SOFT_MAX_DEVS 16
 #define SOFT_SLOTS 1024               /* QPN = gen << 10 | slot */
 #define SOFT_SLOT_BITS 10
 
@@ -239,12 +243,21 @@ struct soft_slot {
     uint32_t pad;
 };
 
+/* A port state set at run time (a cable pulled), by any process: it holds
+ * while that process lives, so a crashed fault injector cannot leave a port
+ * down for good. */
+struct soft_port_override {
+    _Atomic uint32_t state;     /* enum ibv_port_state; 0 = none */
+    int32_t pid;
+};
+
 struct soft_fabric_hdr {
     uint64_t magic;
     uint32_t version;
     uint32_t nslots;
     uint32_t next_gen;
     uint32_t pad;
+    struct soft_port_override ports[SOFT_MAX_DEVS][SOFT_MAX_PORTS];
     struct soft_slot slots[SOFT_SLOTS];
 };
 
@@ -347,6 +360,10 @@ static inline struct soft_dev *soft_of(tbrt_dev *d) { return (struct soft_dev *)
 
 /* soft_fabric.c */
 int soft_fabric_open(struct soft_dev *sd);
+/* The state of a port of soft<dev> right now (run-time override first). */
+int soft_port_state_of(struct soft_dev *sd, int dev, int port);
+int soft_port_state(struct soft_dev *sd, int port);
+int soft_set_port_state(tbrt_dev *dev, uint8_t port, int state);
 void soft_fabric_close(struct soft_dev *sd);
 void *soft_ctx_alloc(struct soft_dev *sd, size_t size, uint64_t *off);
 void soft_ctx_release(struct soft_dev *sd, uint64_t off, size_t size);

@@ -257,7 +257,7 @@ static int soft_query_port(tbrt_dev *dev, uint8_t port, struct ibv_port_attr *a)
     if (port < 1 || port > sd->p->nports)
         return dev_fail(dev, EINVAL, "query_port: port %u does not exist (1..%d)", port,
                         sd->p->nports);
-    a->state = sd->port_state[port - 1];
+    a->state = soft_port_state(sd, port);
     a->max_mtu = sd->p->mtu;
     a->active_mtu = sd->p->mtu;
     a->gid_tbl_len = sd->p->gid_tbl_len;
@@ -338,6 +338,7 @@ static const char *soft_vendor_err(tbrt_dev *dev, uint32_t code)
     case SOFT_VERR_FLUSH: return "flushed: the queue pair is in ERR";
     case SOFT_VERR_MSG_SIZE: return "message larger than the path MTU / max_msg_sz";
     case SOFT_VERR_REMOTE: return "the responder reported an error";
+    case SOFT_VERR_PORT_DOWN: return "a port on the path is not ACTIVE (link lost)";
     default: return "";
     }
 }
@@ -367,4 +368,5 @@ const struct tbrt_dev_ops tbrt_soft_ops = {
     .post_send = soft_post_send,
     .post_recv = soft_post_recv,
     .vendor_err = soft_vendor_err,
+    .set_port_state = soft_set_port_state,
 };

@@ -186,6 +186,15 @@ static struct soft_qp_shared *connected_peer(struct soft_qp *q, struct exec *e)
     return pqp;
 }
 
+/* Both ends' ports up? A pulled cable loses frames like a dead peer. */
+static bool path_up(struct exec *e)
+{
+    return soft_port_state_of(e->sd, e->sqp->dev_index, e->sqp->port ? e->sqp->port : 1) ==
+               IBV_PORT_ACTIVE &&
+           soft_port_state_of(e->sd, e->tqp->dev_index, e->tqp->port ? e->tqp->port : 1) ==
+               IBV_PORT_ACTIVE;
+}
+
 /* Nobody answers. UC drops; RC waits for an ACK until the retry budget is
  * spent (IB spec: local ACK timeout = 4.096 us x 2^timeout per try). */
 static int no_peer(struct exec *e, struct soft_swr *w)
@@ -198,7 +207,8 @@ static int no_peer(struct exec *e, struct soft_swr *w)
         return WAIT;            /* timeout 0: wait forever */
     uint64_t limit = 4096ull * (1ull << e->sqp->timeout) * (e->sqp->retry_cnt + 1u);
     if (exec_now(e) - w->first_try_ns >= limit)
-        return fail_send(e, w, IBV_WC_RETRY_EXC_ERR, SOFT_VERR_PEER_GONE);
+        return fail_send(e, w, IBV_WC_RETRY_EXC_ERR,
+                         e->tqp && !path_up(e) ? SOFT_VERR_PORT_DOWN : SOFT_VERR_PEER_GONE);
     return WAIT;
 }
 
@@ -237,6 +247,8 @@ static int deliver_connected(struct exec *e, struct soft_swr *w)
             return no_peer(e, w);
         e->target = e->local->peer;
     }
+    if (!path_up(e))
+        return e->local ? no_peer(e, w) : SKIP;
     bool rc = e->sqp->qp_type == IBV_QPT_RC;
 
     if (op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ) {

@@ -459,6 +459,41 @@ int soft_peer_mem(struct soft_peer *peer, uint32_t key, uint64_t addr, uint64_t 
     return 0;
 }
 
+int soft_port_state_of(struct soft_dev *sd, int dev, int port)
+{
+    if (dev >= 0 && dev < SOFT_MAX_DEVS && port >= 1 && port <= SOFT_MAX_PORTS) {
+        struct soft_port_override *o = &sd->fabric->ports[dev][port - 1];
+        uint32_t st = atomic_load_explicit(&o->state, memory_order_acquire);
+        if (st && (o->pid == sd->pid || !pid_dead(o->pid)))
+            return (int)st;
+    }
+    if (dev == sd->index && port >= 1 && port <= sd->p->nports)
+        return sd->port_state[port - 1];
+    return IBV_PORT_ACTIVE;     /* another device's configuration: assume up */
+}
+
+int soft_port_state(struct soft_dev *sd, int port)
+{
+    return soft_port_state_of(sd, sd->index, port);
+}
+
+int soft_set_port_state(tbrt_dev *dev, uint8_t port, int state)
+{
+    struct soft_dev *sd = soft_of(dev);
+    if (port < 1 || port > sd->p->nports)
+        return dev_fail(dev, EINVAL, "set_port_state: port %u does not exist (1..%d)", port,
+                        sd->p->nports);
+    if (state != 0 && state != IBV_PORT_DOWN && state != IBV_PORT_ACTIVE &&
+        state != IBV_PORT_INIT && state != IBV_PORT_ARMED)
+        return dev_fail(dev, EINVAL, "set_port_state: %d is not a port state", state);
+    if (sd->index >= SOFT_MAX_DEVS)
+        return dev_fail(dev, EINVAL, "set_port_state: only soft0..soft%d", SOFT_MAX_DEVS - 1);
+    struct soft_port_override *o = &sd->fabric->ports[sd->index][port - 1];
+    o->pid = sd->pid;
+    atomic_store_explicit(&o->state, (uint32_t)state, memory_order_release);
+    return 0;
+}
+
 void soft_wake(struct soft_dev *sd, const char *sock)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};

@@ -6,8 +6,9 @@
  * IPv4-mapped GIDs (::ffff:a.b.c.d) of this host's IPv4 addresses, 127.0.0.1
  * included, then its IPv6 addresses. A RoCE personality (linux-rc) lists
  * every address twice, RoCE v1 then v2, like mlx5; the Apple personality
- * has no GID types at all (its provider does not report them). A DOWN port
- * has only its link-local GID: without a link there is no address. */
+ * has no GID types at all (its provider does not report them). A port that
+ * is not ACTIVE (now: its state can change at run time) shows only its
+ * link-local GIDs: without a link there is no address. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -52,8 +53,6 @@ void soft_gid_build(struct soft_dev *sd)
                           0x02 ^ 0x02, 0x54, 0x42, 0xff, 0xfe, (uint8_t)sd->index,
                           (uint8_t)(port + 1), 0x01};
         add_both(sd, port, ll);
-        if (sd->port_state[port] != IBV_PORT_ACTIVE)
-            continue;
         for (int fam = 0; fam < 2; fam++)
             for (struct ifaddrs *a = ifa; a; a = a->ifa_next) {
                 if (!a->ifa_addr || !(a->ifa_flags & IFF_UP))
@@ -89,7 +88,10 @@ int soft_query_gid(tbrt_dev *dev, uint8_t port, int index, struct ibv_gid_entry 
     memset(e, 0, sizeof *e);
     e->gid_index = (uint32_t)index;
     e->port_num = port;
-    if (index >= sd->ngids[port - 1])
+    int n = sd->ngids[port - 1];
+    if (soft_port_state(sd, port) != IBV_PORT_ACTIVE)
+        n = sd->p->gid_types ? 2 : 1;   /* link-local only */
+    if (index >= n)
         return -ENODATA;        /* an empty entry */
     memcpy(e->gid.raw, sd->gids[port - 1][index].raw, 16);
     e->gid_type = (uint32_t)sd->gids[port - 1][index].type;
@@ -99,7 +101,7 @@ int soft_query_gid(tbrt_dev *dev, uint8_t port, int index, struct ibv_gid_entry 
 bool soft_gid_is_local(struct soft_dev *sd, const uint8_t gid[16])
 {
     for (int p = 0; p < sd->p->nports; p++)
-        for (int i = 0; i < sd->ngids[p]; i++)
+        for (int i = 0; i < sd->ngids[p] && soft_port_state(sd, p + 1) == IBV_PORT_ACTIVE; i++)
             if (memcmp(sd->gids[p][i].raw, gid, 16) == 0)
                 return true;
     /* another soft device of this host (its link-local GID) */

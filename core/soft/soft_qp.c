@@ -93,6 +93,7 @@ int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out)
     q->sh->recv_cq_off = ((struct soft_cq *)init->recv_cq)->sh_off;
     q->sh->send_cq_off = ((struct soft_cq *)init->send_cq)->sh_off;
     q->sh->mtu = (uint8_t)p->mtu;
+    q->sh->dev_index = (uint8_t)sd->index;
     q->sh->pd = pd->handle;
     atomic_store(&q->sh->state, IBV_QPS_RESET);
     q->sh->qpn = qpn;
@@ -269,11 +270,11 @@ static int check_rtr_path(struct soft_qp *q, struct ibv_qp_attr *a, int mask)
     if (port < 1 || port > sd->p->nports)
         return dev_fail(dev, EINVAL, "modify_qp RTR: port %u does not exist (1..%d)", port,
                         sd->p->nports);
-    if (sd->port_state[port - 1] != IBV_PORT_ACTIVE)
+    if (soft_port_state(sd, port) != IBV_PORT_ACTIVE)
         return dev_fail(dev, ENETDOWN,
                         "modify_qp RTR: port %u is %s; use the first ACTIVE port "
                         "(on Thunderbolt it is not always port 1)",
-                        port, dev_port_state_name(sd->port_state[port - 1]));
+                        port, dev_port_state_name(soft_port_state(sd, port)));
     if (!a->ah_attr.is_global)
         return dev_fail(dev, EINVAL, "modify_qp RTR: RoCE needs a GRH (ah_attr.is_global = 1 "
                         "and the peer's GID)");
@@ -340,6 +341,7 @@ int soft_modify_qp(tbrt_qp *qp, struct ibv_qp_attr *a, int mask)
             return dev_fail(dev, EINVAL, "modify_qp: port %u does not exist (1..%d)", a->port_num,
                             sd->p->nports);
         q->port = a->port_num;
+        q->sh->port = a->port_num;
     }
     if (mask & IBV_QP_PKEY_INDEX && a->pkey_index != 0)
         return dev_fail(dev, EINVAL, "modify_qp: pkey_index %u (the P_Key table has 1 entry)",

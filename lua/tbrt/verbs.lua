@@ -114,6 +114,22 @@ function Dev:port(n)
     gid_tbl_len = a.gid_tbl_len, max_msg_sz = a.max_msg_sz, lid = a.lid, raw = a }
 end
 
+local SET_STATE = { down = C.IBV_PORT_DOWN, active = C.IBV_PORT_ACTIVE, init = C.IBV_PORT_INIT,
+  armed = C.IBV_PORT_ARMED }
+
+-- Take a port down (or up) at run time, as a pulled cable would; nil
+-- restores the configured state. Soft devices: every process on the host
+-- sees it until this one exits.
+function Dev:set_port(port, state)
+  local st = 0
+  if state ~= nil then
+    st = SET_STATE[state] or error("set_port: state must be down, active, init, armed or nil", 2)
+  end
+  local rc = C.tbrt_port_set_state(self.d, port, st)
+  if rc ~= 0 then return fail(self.d, rc) end
+  return true
+end
+
 local GID_TYPE = { [0] = "IB", "RoCEv1", "RoCEv2" }
 
 -- The non-empty GIDs of a port: { {index, gid (16-byte string), text, type} }.
