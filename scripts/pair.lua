@@ -30,19 +30,26 @@ parser:option("--nbuf", "Strides per direction."):convert(tonumber)
 parser:option("--stride", "Bytes per stride."):convert(tonumber)
 parser:option("--timeout", "Bound of every wait, seconds.", "60"):convert(tonumber)
 parser:flag("--json", "One JSON object per row instead of the table.")
+parser:flag("--fallback", "Fall back to TCP when the device cannot be used (always with auto).")
 parser:flag("--quiet", "No header lines.")
+parser:flag("--child"):hidden(true)   -- the answering end started by this script
 
 local args = parser:parse(arg)
 
+local on_die                    -- set while a child end runs: wait for it first
+
 local function die(msg)
-  io.stderr:write("pair.lua: ", msg, "\n")
+  if on_die then on_die() end
+  io.stderr:write(args.child and "pair.lua (answering end): " or "pair.lua: ", msg, "\n")
+  io.stderr:flush()
   os.exit(1)
 end
 
 local sizes = perf.DEFAULT_SIZES
 if args.sizes then sizes = assert(perf.parse_sizes(args.sizes)) end
 
-local opts = { device = args.device, timeout = args.timeout }
+local opts = { device = args.device, timeout = args.timeout,
+  fallback = args.fallback or args.device == "auto" }
 if args.personality then opts.personality = args.personality
 elseif opts.device == "soft" and not os.getenv("TBRT_SOFT_PERSONALITY") then
   opts.personality = "apple-uc"
@@ -68,7 +75,11 @@ local function describe(l)
       i.device, i.personality ~= "" and (" " .. i.personality) or "", i.port, i.gid_index,
       i.qpn, i.peer_qpn, i.framing, i.qp_type, i.nbuf, i.stride)
   say("link: " .. what)
-  say("why:  " .. i.why_device .. (l.fallback_why and (" (fell back: " .. l.fallback_why .. ")") or ""))
+  if l.fallback_why then
+    say("why:  fell back to TCP: " .. l.fallback_why)
+  else
+    say("why:  " .. i.why_device)
+  end
 end
 
 -- The answering end: accept one link and serve it.
@@ -124,6 +135,8 @@ else
   local exe = uv.exepath()
   local child_args = { arg[0], "--listen", "127.0.0.1:0", "--device", opts.device,
     "--timeout", tostring(args.timeout) }
+  if opts.fallback then child_args[#child_args + 1] = "--fallback" end
+  child_args[#child_args + 1] = "--child"
   if opts.personality then
     child_args[#child_args + 1] = "--personality"
     child_args[#child_args + 1] = opts.personality
@@ -145,6 +158,10 @@ else
       out:close()
     end
   end)
+  on_die = function()
+    -- let the other end say its part first, bounded
+    if not tbrt.task.wait(function() return child_done end, 3) then child:kill("sigkill") end
+  end
   local ok = tbrt.task.wait(function() return port or child_done end, 20)
   if not ok or not port then
     child:kill("sigkill")
