@@ -6,7 +6,9 @@
  *
  * Prints one line "name value unit". The child accepts and answers (echo
  * for lat; reads everything and acks for bw); the parent measures. Both
- * check the data: bytes are a pattern, each message stamped with its index. */
+ * check the data: bytes are a pattern, each message stamped with its index.
+ * A short untimed warm-up goes first (page faults and first touches of the
+ * rings are set-up, not transfer). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
@@ -20,6 +22,9 @@
 #include <unistd.h>
 
 #include "tbrt.h"
+
+/* Messages of the untimed warm-up stream. */
+#define WARM 8
 
 static double now(void)
 {
@@ -106,7 +111,15 @@ int main(int argc, char **argv)
         int fd = accept(ls, NULL, NULL);
         close(ls);
         tbrt_link *l = setup(fd, dev, pers);
-        for (long i = 0; i < (strcmp(mode, "lat") == 0 ? iters : iters); i++) {
+        if (strcmp(mode, "bw") == 0) {
+            for (long i = 0; i < WARM; i++)
+                if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
+                    die("child warm-up", l);
+            uint8_t ack = 1;
+            if (tbrt_link_send_all(l, &ack, 1, 60) != 1 || tbrt_link_flush(l))
+                die("child warm-up ack", l);
+        }
+        for (long i = 0; i < iters; i++) {
             if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
                 die("child recv", l);
             uint64_t idx = (uint64_t)i;
@@ -149,6 +162,12 @@ int main(int argc, char **argv)
         dt = now() - t0;
         printf("lat_%zu %.3f us\n", n, dt / (double)(iters - 1) / 2 * 1e6);
     } else {
+        for (long i = 0; i < WARM; i++)
+            if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n)
+                die("warm-up", l);
+        uint8_t wack;
+        if (tbrt_link_flush(l) || tbrt_link_recv_all(l, &wack, 1, 60) != 1)
+            die("warm-up ack", l);
         t0 = now();
         for (long i = 0; i < iters; i++) {
             uint64_t idx = (uint64_t)i;
