@@ -49,7 +49,8 @@ int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, const cha
             return link_note(l, ETIMEDOUT, "%s: not done within %.3g s", what, timeout);
         if (now < spin_until)
             continue;
-        int a = tcp_out ? 0 : tbrt_link_arm(l);
+        /* a socket needs no arming: poll() is level-triggered */
+        int a = l->dev ? tbrt_link_arm(l) : 0;
         if (a < 0)
             return a;
         if (a > 0) {
