@@ -195,6 +195,9 @@ struct soft_qp_shared {
     /* receive queue: slots [rq_cons, rq_prod) are posted */
     SOFT_OWN_LINE _Atomic uint64_t rq_prod;     /* owner: next slot to fill */
     SOFT_OWN_LINE _Atomic uint64_t rq_cons;     /* senders: next slot to take (CAS) */
+    /* a sender found no receive here and stopped: run its queue when we post
+     * one (written by the sender only then, so it costs nothing otherwise) */
+    SOFT_OWN_LINE _Atomic uint32_t help_wanted;
     /* send queue: slots [sq_head, sq_tail) wait to be executed */
     SOFT_OWN_LINE _Atomic uint64_t sq_tail;     /* owner: next free slot */
     SOFT_OWN_LINE _Atomic int32_t sq_lock;      /* pid of the executor, 0 when free */
@@ -339,7 +342,6 @@ struct soft_qp {
     struct soft_qp_shared *peer_qp;
     uint64_t peer_checked_ns;
     uint64_t lock_checked_ns;   /* last look for a dead holder of our SQ lock */
-    unsigned help_tick;         /* look at the peer's send queue every 16th turn */
     unsigned alive_tick;        /* look at the clock every 64th send */
 };
 

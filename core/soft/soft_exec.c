@@ -231,8 +231,6 @@ static int no_receive(struct exec *e, struct soft_swr *w)
 
 static int deliver_connected(struct exec *e, struct soft_swr *w)
 {
-    if (w->next_try_ns && exec_now(e) < w->next_try_ns)
-        return WAIT;            /* an RNR NAK's timer is running */
     uint32_t op = w->opcode;
     void *src[SOFT_MAX_SGE];
     uint32_t need = op == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0;
@@ -249,6 +247,11 @@ static int deliver_connected(struct exec *e, struct soft_swr *w)
     }
     if (!path_up(e))
         return e->local ? no_peer(e, w) : SKIP;
+    if (w->next_try_ns && exec_now(e) < w->next_try_ns) {
+        /* an RNR NAK's timer is running: the target's next turn may retry */
+        atomic_store(&e->tqp->help_wanted, 1);
+        return WAIT;
+    }
     bool rc = e->sqp->qp_type == IBV_QPT_RC;
 
     if (op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ) {
@@ -277,10 +280,21 @@ static int deliver_connected(struct exec *e, struct soft_swr *w)
     /* SEND, SEND_WITH_IMM, WRITE_WITH_IMM: consume the target's oldest receive */
     struct soft_qp_shared *t = e->tqp;
     struct soft_rqe r;
+    bool asked = false;
     for (;;) {
         uint64_t c = atomic_load_explicit(&t->rq_cons, memory_order_acquire);
-        if (c == atomic_load_explicit(&t->rq_prod, memory_order_acquire))
-            return no_receive(e, w);
+        if (c == atomic_load_explicit(&t->rq_prod, memory_order_acquire)) {
+            if (asked)
+                return no_receive(e, w);
+            /* ask the target to run us when it posts (also when the target
+             * itself is running us: its next post must try again); then
+             * look once more, as its post may have come just before it
+             * could see the ask (pairs with the fence in soft_post_recv) */
+            atomic_store(&t->help_wanted, 1);
+            atomic_thread_fence(memory_order_seq_cst);
+            asked = true;
+            continue;
+        }
         soft_rqe_copy(&r, &t->rq[c % t->rq_cap]);
         if (atomic_compare_exchange_weak_explicit(&t->rq_cons, &c, c + 1, memory_order_acq_rel,
                                                   memory_order_relaxed))

@@ -78,7 +78,10 @@ int soft_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
         atomic_store_explicit(&s->rq_prod, prod + 1, memory_order_release);
     }
     *bad = NULL;
-    soft_progress(sd);          /* a sender may be waiting for exactly this */
+    /* a sender may be waiting for exactly this (pairs with the fence after
+     * its help_wanted store in soft_exec.c) */
+    atomic_thread_fence(memory_order_seq_cst);
+    soft_progress(sd);
     return 0;
 }
 
@@ -212,24 +215,20 @@ void soft_progress(struct soft_dev *sd)
         if (atomic_load_explicit(&s->sq_head, memory_order_relaxed) !=
             atomic_load_explicit(&s->sq_tail, memory_order_relaxed))
             soft_sq_run(sd, sd->self, s, q);
-        /* a connected peer's sends waiting for us: run them from here. Not on
-         * every call: reading its queue's lines while it posts slows it down,
-         * and a sender runs its own sends as it posts them anyway */
-        if (q->qp.qp_type == IBV_QPT_UD || !q->dest_qpn || (++q->help_tick & 15))
+        /* a connected peer stopped for want of a receive here: run its sends
+         * from this side (it asked; we never poll its queue for nothing,
+         * which would steal its cache lines while it posts) */
+        if (q->qp.qp_type == IBV_QPT_UD || !q->dest_qpn ||
+            !atomic_load_explicit(&s->help_wanted, memory_order_relaxed) ||
+            !atomic_exchange(&s->help_wanted, 0))
             continue;
         struct soft_qp_shared *pqp = q->peer_qp;
         if (!pqp) {
-            uint64_t now = now_ns();
-            if (q->peer_checked_ns && now - q->peer_checked_ns < 1000000ull)
-                continue;
-            q->peer_checked_ns = now;
             if (soft_peer_lookup(sd, q->dest_qpn, &q->peer, &q->peer_qp))
                 continue;
             pqp = q->peer_qp;
         }
-        if (pqp->dest_qpn == q->qp.qp_num && pqp->qpn == q->dest_qpn &&
-            atomic_load_explicit(&pqp->sq_head, memory_order_relaxed) !=
-                atomic_load_explicit(&pqp->sq_tail, memory_order_acquire))
+        if (pqp->dest_qpn == q->qp.qp_num && pqp->qpn == q->dest_qpn)
             soft_sq_run(sd, q->peer, pqp, NULL);
     }
 }
