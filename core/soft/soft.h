@@ -133,18 +133,30 @@ struct soft_ctx_hdr {
 /* A posted receive. With one or two scatter entries it is one cache line:
  * copy it with soft_rqe_copy, which touches the second only when needed. */
 struct soft_rqe {
-    SOFT_OWN_LINE uint64_t wr_id;   /* entries never share a line */
+    /* index + 1 once the entry is posted: a sender reads this line alone
+     * to know, not the owner's producer index as well */
+    SOFT_OWN_LINE _Atomic uint64_t seq;
+    uint64_t wr_id;
     uint32_t num_sge;
     uint32_t frames;
     uint64_t total;
     struct ibv_sge sge[SOFT_MAX_SGE];
 };
 
+/* Copy the contents (not seq), touching a second line only when needed. */
 static inline void soft_rqe_copy(struct soft_rqe *to, const struct soft_rqe *from)
 {
     size_t n = from->num_sge <= SOFT_MAX_SGE ? from->num_sge : SOFT_MAX_SGE;
-    memcpy(to, from, offsetof(struct soft_rqe, sge) + n * sizeof from->sge[0]);
+    memcpy(&to->wr_id, &from->wr_id,
+           offsetof(struct soft_rqe, sge) - offsetof(struct soft_rqe, wr_id) +
+               n * sizeof from->sge[0]);
     to->num_sge = (uint32_t)n;
+}
+
+/* Is receive number c of this queue posted (and not yet taken)? */
+static inline bool soft_rq_posted(struct soft_rqe *rq, uint32_t cap, uint64_t c)
+{
+    return atomic_load_explicit(&rq[c % cap].seq, memory_order_acquire) == c + 1;
 }
 
 /* A posted send, in shared memory so either end can execute it. No
@@ -192,7 +204,8 @@ struct soft_qp_shared {
     uint8_t timeout, retry_cnt, rnr_retry, mtu;
     uint8_t port;               /* its port and device (soft<dev>), for link state */
     uint8_t dev_index;
-    /* receive queue: slots [rq_cons, rq_prod) are posted */
+    /* receive queue: slots [rq_cons, rq_prod) are posted (senders look at
+     * the slots' seq, not at rq_prod) */
     SOFT_OWN_LINE _Atomic uint64_t rq_prod;     /* owner: next slot to fill */
     SOFT_OWN_LINE _Atomic uint64_t rq_cons;     /* senders: next slot to take (CAS) */
     /* a sender found no receive here and stopped: run its queue when we post

@@ -283,7 +283,7 @@ static int deliver_connected(struct exec *e, struct soft_swr *w)
     bool asked = false;
     for (;;) {
         uint64_t c = atomic_load_explicit(&t->rq_cons, memory_order_acquire);
-        if (c == atomic_load_explicit(&t->rq_prod, memory_order_acquire)) {
+        if (!soft_rq_posted(t->rq, t->rq_cap, c)) {
             if (asked)
                 return no_receive(e, w);
             /* ask the target to run us when it posts (also when the target
@@ -365,7 +365,7 @@ static int deliver_ud(struct exec *e, struct soft_swr *w)
     struct soft_rqe r;
     for (;;) {
         uint64_t c = atomic_load(&pqp->rq_cons);
-        if (c == atomic_load(&pqp->rq_prod))
+        if (!soft_rq_posted(pqp->rq, pqp->rq_cap, c))
             return DONE;        /* no receive: dropped */
         soft_rqe_copy(&r, &pqp->rq[c % pqp->rq_cap]);
         if (atomic_compare_exchange_weak(&pqp->rq_cons, &c, c + 1))

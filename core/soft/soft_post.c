@@ -73,9 +73,11 @@ int soft_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
                             q->rq_frames, qp->cap.max_recv_wr,
                             p->depth_in_frames ? " frames; TN3205 counts depth in 4 KiB frames"
                                                : " work requests");
-        soft_rqe_copy(&s->rq[prod % s->rq_cap], &r);
+        struct soft_rqe *slot = &s->rq[prod % s->rq_cap];
+        soft_rqe_copy(slot, &r);
         q->rq_frames += r.frames;
-        atomic_store_explicit(&s->rq_prod, prod + 1, memory_order_release);
+        atomic_store_explicit(&slot->seq, prod + 1, memory_order_release);
+        atomic_store_explicit(&s->rq_prod, prod + 1, memory_order_relaxed);
     }
     *bad = NULL;
     /* a sender may be waiting for exactly this (pairs with the fence after

@@ -243,6 +243,8 @@ static void to_reset(struct soft_qp *q)
     q->sq_seen = 0;
     q->sq_frames = 0;
     atomic_store(&q->sh->rq_prod, 0);
+    for (uint32_t i = 0; i < q->sh->rq_cap; i++)
+        atomic_store(&q->sh->rq[i].seq, 0);    /* old entries must not look posted */
     atomic_store(&q->sh->rq_cons, 0);
     atomic_store(&q->sh->remote_err, 0);
     q->rq_frames = 0;
