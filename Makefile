@@ -143,7 +143,9 @@ install: all
 	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/
 	# $(PC) was written with the PREFIX of the build; name the install's
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(PC) > $(DESTDIR)$(PREFIX)/lib/pkgconfig/tbrt.pc
-	install -m 644 lua/tbrt/*.lua bindings/tbrt/*.lua $(CDEF) $(DESTDIR)$(PREFIX)/share/tbrt/lua/tbrt/
+	install -m 644 bindings/tbrt/*.lua $(CDEF) $(DESTDIR)$(PREFIX)/share/tbrt/lua/tbrt/
+	cd lua && find tbrt -name '*.lua' | while read f; do \
+	  install -D -m 644 "$$f" "$(DESTDIR)$(PREFIX)/share/tbrt/lua/$$f" || exit 1; done
 	if [ -d scripts ]; then cp -r scripts $(DESTDIR)$(PREFIX)/share/tbrt/; fi
 
 clean:

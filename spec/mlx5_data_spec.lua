@@ -149,7 +149,7 @@ describe("mlx5 data path on two model NICs", function()
     assert(h:trace(dir .. "/t"))
     assert(X.connect(a, { qpn = b.qp.num }))
     assert(h:trace(nil))
-    local cmds = require("tbrt.mlx5_trace").parse(H.read_file(dir .. "/t"))
+    local cmds = require("tbrt.mlx5.trace").parse(H.read_file(dir .. "/t"))
     H.rmtree(dir)
     local names = {}
     for _, c in ipairs(cmds) do names[#names + 1] = mlx5.layout_of(c.opcode, false) end

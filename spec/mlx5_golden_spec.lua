@@ -7,7 +7,7 @@
 local H = require("helpers")
 local M = require("mlx5_helpers")
 local mlx5 = require("tbrt.mlx5")
-local trace = require("tbrt.mlx5_trace")
+local trace = require("tbrt.mlx5.trace")
 local verbs = require("tbrt.verbs")
 
 local OP = {

@@ -268,7 +268,7 @@ end)
 ---------------------------------------------------------------------------
 
 describe("the pretty printer", function()
-  local pretty = require("tbrt.pretty")
+  local pretty = require("tbrt.repl.pretty")
 
   it("sorts keys, quotes strings, marks cycles and fits the width", function()
     assert.equal('{ 1, 2, a = "x", b = { c = true }, ["not id"] = 1, [true] = 0 }',
@@ -304,7 +304,7 @@ describe("the pretty printer", function()
 end)
 
 describe("the key decoder", function()
-  local keys = require("tbrt.keys")
+  local keys = require("tbrt.repl.keys")
 
   local function names(evs)
     local out = {}
@@ -328,7 +328,7 @@ describe("the key decoder", function()
 end)
 
 describe("completion", function()
-  local complete = require("tbrt.complete")
+  local complete = require("tbrt.repl.complete")
 
   it("completes globals, fields through __index chains, and only methods after ':'", function()
     local Class = { __index = { send = function() end, stats = function() end, size = 1 } }
@@ -343,7 +343,7 @@ describe("completion", function()
 end)
 
 describe("history", function()
-  local history = require("tbrt.history")
+  local history = require("tbrt.repl.history")
 
   it("skips blanks and repeats, and keeps the newest max lines in the file", function()
     local d = H.tmpdir()
@@ -359,8 +359,8 @@ describe("history", function()
 end)
 
 describe("pair{} and help(obj)", function()
-  local play = require("tbrt.play")
-  local help_text = require("tbrt.help_text")
+  local play = require("tbrt.repl.play")
+  local help_text = require("tbrt.repl.help_text")
   local link = require("tbrt.link")
 
   it("makes a pair in this process and with a child echo peer", async(function()

@@ -15,7 +15,7 @@ local datadir, out_ifc, out_caps = arg[1], arg[2], arg[3]
 assert(datadir and out_ifc and out_caps, "usage: gen_tables.lua datadir out_ifc.h out_caps.h")
 local here = arg[0]:match("^(.*)/core/mlx5/[^/]*$") or "."
 package.path = here .. "/lua/?.lua;" .. package.path
-local trace = require("tbrt.mlx5_trace")
+local trace = require("tbrt.mlx5.trace")
 
 local function tsv(name)
   local rows, header = {}, nil

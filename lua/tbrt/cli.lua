@@ -171,7 +171,7 @@ function M.devices(verbose, write)
       if not dev then
         write("  cannot open: ", tostring(err), "\n")
       else
-        for _, l in ipairs(require("tbrt.pretty").device_lines(dev)) do write("  ", l, "\n") end
+        for _, l in ipairs(require("tbrt.repl.pretty").device_lines(dev)) do write("  ", l, "\n") end
         dev:close()
       end
     end

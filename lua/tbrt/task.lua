@@ -558,7 +558,7 @@ function M.default_on_error(t)
 end
 on_error_hook = M.default_on_error
 
-M.channel = require("tbrt.channel")(M)
-M.poll, M.poll_close = require("tbrt.poll")(M)
+M.channel = require("tbrt.task.channel")(M)
+M.poll, M.poll_close = require("tbrt.task.poll")(M)
 
 return M

@@ -3,7 +3,7 @@
 local ffi = require("ffi")
 local H = require("helpers")
 local mlx5 = require("tbrt.mlx5")
-local trace = require("tbrt.mlx5_trace")
+local trace = require("tbrt.mlx5.trace")
 
 local M = {}
 

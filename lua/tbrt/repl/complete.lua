@@ -1,4 +1,4 @@
--- tbrt/complete.lua - tab completion for the REPL: globals, fields and
+-- tbrt/repl/complete.lua - tab completion for the REPL: globals, fields and
 -- methods of the name path before the cursor.
 --
 --   complete.at("link:s", _G)   -> { part = "s", names = { "send", "settimeouts", "stats" } }

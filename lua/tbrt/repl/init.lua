@@ -1,15 +1,15 @@
--- tbrt/repl.lua - the REPL: Lua typed at a terminal and run on the loop,
+-- tbrt/repl/init.lua - the REPL: Lua typed at a terminal and run on the loop,
 -- or, when stdin is not a terminal, Lua read from it a chunk at a time.
 --
 --   local code, stop = require("tbrt.repl").run()   -- in a task (tbrt.main's main task)
 --
--- On a terminal (tbrt.console, raw mode): each entered chunk runs as a task
--- (tbrt.eval) and the prompt comes back when it has finished; meanwhile
+-- On a terminal (tbrt.repl.console, raw mode): each entered chunk runs as a task
+-- (tbrt.repl.eval) and the prompt comes back when it has finished; meanwhile
 -- timers, links and other tasks go on, and what they print appears above
 -- the prompt. Keys typed while a chunk runs wait for the prompt, except
 -- Ctrl-C, which cancels the chunk's task ("canceled"); at the prompt
 -- Ctrl-C drops the typed line and any unfinished chunk. Ctrl-D on an empty
--- line closes the links opened in the session (tbrt.play) and ends the
+-- line closes the links opened in the session (tbrt.repl.play) and ends the
 -- REPL with 0; stop is true: the caller stops the loop.
 --
 -- Not a terminal: lines are read through the loop (libuv's thread pool, so
@@ -19,10 +19,10 @@
 -- what the chunks left on the loop runs to the end, as a script's would.
 local uv = require("luv")
 local task = require("tbrt.task")
-local eval = require("tbrt.eval")
-local pretty = require("tbrt.pretty")
-local play = require("tbrt.play")
-local history = require("tbrt.history")
+local eval = require("tbrt.repl.eval")
+local pretty = require("tbrt.repl.pretty")
+local play = require("tbrt.repl.play")
+local history = require("tbrt.repl.history")
 
 local M = {}
 
@@ -62,9 +62,9 @@ end
 -- On a terminal.
 
 local function run_tty()
-  local console = require("tbrt.console")
-  local lineedit = require("tbrt.lineedit")
-  local complete = require("tbrt.complete")
+  local console = require("tbrt.repl.console")
+  local lineedit = require("tbrt.repl.lineedit")
+  local complete = require("tbrt.repl.complete")
 
   local s = { chunk = eval.chunk("=stdin"), queue = {}, interrupts = 0 }
   local finished = task.channel(1)
@@ -286,7 +286,7 @@ end
 -- code and whether the caller should stop the loop now.
 function M.run()
   if not task.current() then error("repl.run: call it in a task (tbrt.main's main task)", 2) end
-  if require("tbrt.console").usable() then return run_tty() end
+  if require("tbrt.repl.console").usable() then return run_tty() end
   return run_lines()
 end
 

@@ -1,4 +1,4 @@
--- tbrt/eval.lua - Lua chunks entered a line at a time, as the REPL and
+-- tbrt/repl/eval.lua - Lua chunks entered a line at a time, as the REPL and
 -- piped stdin give them: gather lines until they make a chunk, compile it
 -- (an expression first, so its value can be shown), and run it as a task.
 --
@@ -107,7 +107,7 @@ function M.spawn(fn, done)
       local e = r[2]
       local text = type(e) == "string" and e or nil
       if text == nil then
-        local ok, s = pcall(require("tbrt.pretty").format, e)
+        local ok, s = pcall(require("tbrt.repl.pretty").format, e)
         text = "(error object is " .. (ok and s or type(e)) .. ")"
       end
       done({ ok = false, error = e, message = text .. (tb and ("\n" .. tb) or "") })

@@ -1,4 +1,4 @@
--- tbrt/play.lua - helpers for playing with links at the REPL: pair{} makes
+-- tbrt/repl/play.lua - helpers for playing with links at the REPL: pair{} makes
 -- a connected pair, help() says what can be done, links() lists what is
 -- open, and everything opened is closed when the REPL ends.
 --
@@ -11,8 +11,8 @@
 -- close_all() can close the ones still open when the REPL exits.
 local uv = require("luv")
 local task = require("tbrt.task")
-local pretty = require("tbrt.pretty")
-local help_text = require("tbrt.help_text")
+local pretty = require("tbrt.repl.pretty")
+local help_text = require("tbrt.repl.help_text")
 
 local M = {}
 

@@ -1,4 +1,4 @@
--- mlx5.lua - prototype ConnectX firmware commands from Lua: open the device
+-- tbrt/mlx5/init.lua - prototype ConnectX firmware commands from Lua: open the device
 -- model or a PCI device through tbrt's user-space mlx5 driver, and send any
 -- command built from the layout tables by field name, getting the decoded
 -- output back by field name.

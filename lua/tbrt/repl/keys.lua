@@ -1,5 +1,5 @@
--- tbrt/keys.lua - turn the bytes a terminal sends in raw mode into key
--- events for the line editor (tbrt.lineedit).
+-- tbrt/repl/keys.lua - turn the bytes a terminal sends in raw mode into key
+-- events for the line editor (tbrt.repl.lineedit).
 --
 --   local dec = keys.decoder()
 --   for _, k in ipairs(dec:feed(bytes)) do ... end  -- { key = "left" } or { key = "text", text = "abc" }

@@ -1,5 +1,5 @@
--- tbrt/help_text.lua - what help() and help(obj) say at the REPL
--- (tbrt.play): one line per helper, module function and method, kept here
+-- tbrt/repl/help_text.lua - what help() and help(obj) say at the REPL
+-- (tbrt.repl.play): one line per helper, module function and method, kept here
 -- as data beside the kinds of object they describe.
 --
 --   help_text.overview()       -> lines: the helpers, the modules, the keys
@@ -9,8 +9,8 @@
 -- (link.Link, verbs.Dev, task.Task, play.Peer), else by its fields. Methods
 -- an object has but the table does not describe are listed too, marked
 -- "(no description)", so help never hides what is there.
-local complete = require("tbrt.complete")
-local pretty = require("tbrt.pretty")
+local complete = require("tbrt.repl.complete")
+local pretty = require("tbrt.repl.pretty")
 
 local M = {}
 
@@ -99,7 +99,7 @@ kind("server", "a server (tbrt.listen)", has_meta("tbrt", "Server"), {
   { "close()", "stop listening" },
 })
 
-kind("peer", "an echo peer process (pair{child=true})", has_meta("tbrt.play", "Peer"), {
+kind("peer", "an echo peer process (pair{child=true})", has_meta("tbrt.repl.play", "Peer"), {
   { "output()", "what the peer printed" },
   { "wait([timeout])", "its exit: code, signal" },
   { "kill([sig])", "send a signal (default sigterm)" },

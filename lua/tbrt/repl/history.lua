@@ -1,4 +1,4 @@
--- tbrt/history.lua - the REPL's history: the lines typed, kept in a file
+-- tbrt/repl/history.lua - the REPL's history: the lines typed, kept in a file
 -- so the next session can recall them.
 --
 --   local h = history.open(history.default_path(), history.MAX)

@@ -1,4 +1,4 @@
--- tbrt/channel.lua - channels between tasks (task.channel); loaded by
+-- tbrt/task/channel.lua - channels between tasks (task.channel); loaded by
 -- tbrt.task, which passes itself in (the two need each other).
 --
 --   local ch = task.channel(8)        -- capacity 8; 0: every send waits for a recv

@@ -1,4 +1,4 @@
--- tbrt/pretty.lua - values as the REPL shows them: tables nested and
+-- tbrt/repl/pretty.lua - values as the REPL shows them: tables nested and
 -- sorted, cycles marked, lines broken to fit the terminal, strings quoted,
 -- tbrt's objects (links, devices, tasks, channels) by their own names.
 --

@@ -1,10 +1,10 @@
--- tbrt/console.lua - the terminal while the REPL owns it: keystrokes read
+-- tbrt/repl/console.lua - the terminal while the REPL owns it: keystrokes read
 -- through the loop in raw mode, and every other writer (print, io.write,
 -- io.stdout/io.stderr:write from tasks and timers) kept from garbling the
 -- line being typed.
 --
 --   local con = console.open{ on_keys = function(events) ... end }
---   con.editor = ed              -- a tbrt.lineedit editor drawing through con:raw_write
+--   con.editor = ed              -- a tbrt.repl.lineedit editor drawing through con:raw_write
 --   con.idle = true              -- the prompt is up: output hides it, then redraws it
 --   con:close()                  -- cooked mode back, hooks off, handles closed
 --
@@ -16,7 +16,7 @@
 -- While the console is open SIGINT is a Ctrl-C key (raw mode turns the key
 -- itself into a byte; a signal sent with kill gets the same treatment).
 local uv = require("luv")
-local keys = require("tbrt.keys")
+local keys = require("tbrt.repl.keys")
 
 local M = {}
 

@@ -1,4 +1,4 @@
--- tbrt/poll.lua - task.poll: wait until an fd is readable or writable, on
+-- tbrt/task/poll.lua - task.poll: wait until an fd is readable or writable, on
 -- the shared loop. Loaded by tbrt.task, which passes itself in.
 --
 --   task.poll(fd, "r" | "w" | "rw", timeout) -> events ("r", "w", "rw"), or nil, err

@@ -1,10 +1,10 @@
--- tbrt/lineedit.lua - the REPL's line editor: one line of text, a cursor,
+-- tbrt/repl/lineedit.lua - the REPL's line editor: one line of text, a cursor,
 -- history recall and completion, drawn on a terminal in raw mode.
 --
 --   local ed = lineedit.new{ write = raw_write, width = function() return 80 end,
 --                            history = h, complete = function(before) ... end }
 --   ed:start("tbrt> ")
---   local what, line = ed:key(ev)     -- ev from tbrt.keys; what: nil, "line",
+--   local what, line = ed:key(ev)     -- ev from tbrt.repl.keys; what: nil, "line",
 --                                     -- "eof", "interrupt"
 --   ed:hide() ... ed:show()           -- around output that is not the editor's
 --
@@ -195,7 +195,7 @@ function Editor:_complete()
   local ok, c = pcall(self.complete, self.buf:sub(1, self.pos))
   if not ok or #c.names == 0 then return end
   local common = c.names[1]
-  if #c.names > 1 then common = require("tbrt.complete").common(c.names) end
+  if #c.names > 1 then common = require("tbrt.repl.complete").common(c.names) end
   if #common > #c.part then
     self:insert(common:sub(#c.part + 1))
   elseif #c.names > 1 then

@@ -1,4 +1,4 @@
--- mlx5_trace.lua - read a Linux mlx5_core command dump (dynamic debug
+-- tbrt/mlx5/trace.lua - read a Linux mlx5_core command dump (dynamic debug
 -- "dump command NAME(0xOP) INPUT/OUTPUT" lines followed by "OFF: w w w w"
 -- hex lines), or tbrt's own trace in the same format, back into commands.
 --
@@ -177,9 +177,9 @@ function M.read(path)
   return text
 end
 
--- As a program: luajit lua/tbrt/mlx5_trace.lua --normalize FILE[.gz]
+-- As a program: luajit lua/tbrt/mlx5/trace.lua --normalize FILE[.gz]
 -- prints the normalized trace, so `diff <(... linux.gz) <(... ours)` works.
-if arg and arg[0] and arg[0]:match("mlx5_trace%.lua$") and arg[1] == "--normalize" and arg[2] then
+if arg and arg[0] and arg[0]:match("mlx5[_/]trace%.lua$") and arg[1] == "--normalize" and arg[2] then
   io.write(M.normalize(M.read(arg[2])))
 end
 
