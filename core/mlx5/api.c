@@ -8,7 +8,7 @@
 #include "tbrt_mlx5.h"
 #include "mlx5/hca.h"
 #include "mlx5/mlx5_dev.h"
-#include "mlx5/model.h"
+#include "mlx5/model/model.h"
 #include "util/util.h"
 
 struct tbrt_mlx5 *mlx5_handle_open(const tbrt_mlx5_opts *o, char *err, size_t errlen, int *rc_out)
@@ -42,7 +42,7 @@ struct tbrt_mlx5 *mlx5_handle_open(const tbrt_mlx5_opts *o, char *err, size_t er
                                 .regular_pages = o->model_regular_pages};
         rc = pci_model_open(&mo, &d->pci, err, errlen);
         if (rc == 0)
-            d->model = (struct model *)d->pci;
+            d->model = model_of_pci(d->pci);
     }
     if (rc == 0) {
         struct hca_opts ho = {.checksums = o->checksums, .raw = o->raw};

@@ -1,13 +1,48 @@
-/* model_int.h - the device model's internal state, shared by pci_model.c,
- * model_fw.c, model_objects.c and model_data.c. Everything below "model
- * thread only" is touched by the model thread alone; the rest is guarded by
- * m->lock. */
+/* model_int.h - the device model's internals, shared by its files only
+ * (the driver includes model.h, never this). Its files are layers, each
+ * calling only those below it:
+ *
+ *   pci_model.c      the PCI function the driver holds: BAR0 -> model_hw,
+ *                    DMA memory -> model_bus, config space
+ *   model_hw.c       registers, doorbells, the model thread ("hardware")
+ *   model_fw.c       the command queue and HCA-level commands (firmware)
+ *   model_objects.c  UAR/PD/MKEY/RoCE/EQ/CQ/QP commands, QP state machine
+ *   model_data.c     the data path on the software RDMA device (the wire)
+ *   model_tables.c   object lookups, command status   }  the bottom:
+ *   model_bus.c      DMA regions, wake-up, interrupts  }  calls nothing above
+ *
+ * In struct model, everything below "model thread only" is touched by the
+ * model thread alone; the rest is guarded by m->lock. */
 #ifndef MLX5_MODEL_INT_H
 #define MLX5_MODEL_INT_H
 
+#include <pthread.h>
 #include <stdatomic.h>
-#include "mlx5/model.h"
+#include "mlx5/model/model.h"
 #include "mlx5/ifc.h"
+
+enum {
+    MODEL_BOOT_PAGES = 6,         /* CX-4 trace, QUERY_PAGES op_mod 1 */
+    MODEL_INIT_PAGES = 64,        /* the CX-4 wants 12868 (50 MiB); a model needs less */
+    MODEL_REGULAR_PAGES = 8,
+    MODEL_INIT_READS = 3,
+    MODEL_LOG_CMDQ_SIZE = 5,      /* 32 entries: the trace's page queue is slot 31 */
+    MODEL_LOG_CMDQ_STRIDE = 6,    /* 64-byte entries */
+    MODEL_FW_MAJOR = 14, MODEL_FW_MINOR = 12, MODEL_FW_SUB = 1220, /* CX-4 trace */
+    MODEL_CMDIF_REV = 5,
+    MODEL_UAR_BASE = 0x10,        /* first UAR index (trace: ALLOC_UAR -> 0x10) */
+    MODEL_MAX_UARS = 64,
+    MODEL_EQN_BASE = 0x10,        /* trace: CREATE_EQ -> 0x10, 0x11, ... */
+    MODEL_MAX_EQS = 64,
+    MODEL_CQN_BASE = 0x80,
+    MODEL_MAX_CQS = 256,
+    MODEL_MAX_QPS = 256,
+    MODEL_MAX_PDS = 256,
+    MODEL_MAX_MKEYS = 1024,
+    MODEL_ROCE_ENTRIES = 16,
+    MODEL_IRQ_VECTORS = 64,
+    MODEL_BAR0_SIZE = (MODEL_UAR_BASE + MODEL_MAX_UARS) * 4096,
+};
 
 enum {
     CAP_PAGE = 4096,             /* hca_cap_union */
@@ -140,7 +175,34 @@ struct model {
     char soft_why[256];
 };
 
-void pci_model_init(struct model *m);
+/* ---- model_bus.c ------------------------------------------------------------ */
+void model_bus_init(struct model *m);
+/* Enter [virt, virt+size) into the bus space; its bus address in *bus. */
+int model_region_add(struct model *m, uint8_t *virt, size_t size, size_t align, int mapped,
+                     uint64_t *bus);
+void model_region_del(struct model *m, uint64_t bus);
+/* The virtual address of [bus, bus+len) when it lies in one DMA region. */
+void *model_dma(struct model *m, uint64_t bus, size_t len);
+/* The region holding bus: its virtual base and bus base; NULL when none. */
+void *model_dma_region(struct model *m, uint64_t bus, uint64_t *bus_base, size_t *size);
+/* Wake the model thread (doorbell). */
+void model_wake(struct model *m);
+/* Signal the driver's interrupt vector. */
+void model_irq(struct model *m, int vector);
+
+/* ---- model_hw.c ------------------------------------------------------------- */
+struct model *model_create(const struct model_opts *opts, char *err, size_t errlen);
+void model_destroy(struct model *m);
+/* BAR0 accesses from the driver (any thread). */
+uint32_t model_read32(struct model *m, uint32_t off);
+void model_write32(struct model *m, uint32_t off, uint32_t val);
+void model_write64(struct model *m, uint32_t off, const void *bytes8);
+int model_irq_fd(struct model *m, int vector);
+void model_rq_posted(struct model *m, uint32_t qpn);
+
+
+/* ---- pci_model.c --------------------------------------------------------------- */
+struct mlx5_pci *model_pci(struct model *m);
 
 /* A command's input and output streams and result. */
 struct model_cmd {
@@ -156,18 +218,11 @@ struct model_cmd {
 void model_fw_execute(struct model *m, struct model_cmd *c);
 int model_fw_checksums(struct model *m);
 
-/* Set the command status and syndrome in out; returns 0 for chaining. */
-int model_status(struct model_cmd *c, uint32_t status, uint32_t syndrome);
 
 /* model_objects.c: object commands; 1 when handled (status set), 0 when the
  * opcode is not an object command. */
 int model_objects_cmd(struct model *m, struct model_cmd *c);
 void model_objects_reset(struct model *m);
-int model_objects_count(struct model *m, struct model_state *st);
-struct model_mkey *model_mkey_find(struct model *m, uint32_t key);
-struct model_qp *model_qp_find(struct model *m, uint32_t qpn);
-struct model_cq *model_cq_find(struct model *m, uint32_t cqn);
-struct model_eq *model_eq_find(struct model *m, uint32_t eqn);
 
 /* model_data.c: the data path (model thread). */
 int model_soft_open(struct model *m);
@@ -185,6 +240,15 @@ void model_data_cq_arm(struct model *m, uint32_t cqn, uint32_t sn, uint32_t ci);
 void model_data_eq_doorbell(struct model *m, uint32_t eqn, uint32_t ci, int arm);
 int model_data_busy(struct model *m);
 int model_data_fd(struct model *m);
+
+/* model_tables.c */
+/* Set the command status and syndrome in out; returns 0 for chaining. */
+int model_status(struct model_cmd *c, uint32_t status, uint32_t syndrome);
+int model_objects_count(struct model *m, struct model_state *st);
+struct model_mkey *model_mkey_find(struct model *m, uint32_t key);
+struct model_qp *model_qp_find(struct model *m, uint32_t qpn);
+struct model_cq *model_cq_find(struct model *m, uint32_t cqn);
+struct model_eq *model_eq_find(struct model *m, uint32_t eqn);
 
 /* Model syndromes: the firmware's are not public (cmd-layout.md 5.6); these
  * name the failing check of this model, "MD" + a number. */

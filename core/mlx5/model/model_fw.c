@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "mlx5/cmdif.h"
-#include "mlx5/model_int.h"
+#include "mlx5/model/model_int.h"
 #include "util/util.h"
 
 enum {
@@ -33,15 +33,6 @@ enum {
     VPORT_STATE_UP = 1,
     MODEL_MTU = 1500,
 };
-
-int model_status(struct model_cmd *c, uint32_t status, uint32_t syndrome)
-{
-    if (c->outlen >= 8) {
-        c->out[0] = (uint8_t)status;
-        st_be32(c->out + 4, syndrome);
-    }
-    return 0;
-}
 
 static uint8_t *cap_cur(struct model *m, int type) { return m->caps[type << 1 | 1]; }
 

@@ -13,7 +13,7 @@
 #include <infiniband/mlx5dv.h>
 
 #include "mlx5/cmdif.h"
-#include "mlx5/model_int.h"
+#include "mlx5/model/model_int.h"
 #include "util/util.h"
 
 enum {

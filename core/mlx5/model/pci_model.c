@@ -1,8 +1,7 @@
-/* pci_model.c - the PCI interface of the device model: BAR0 accesses go to
- * the model's registers (model_fw.c), "DMA" memory is anonymous mmap'd
- * memory that the model reaches through a table of regions, each with a
- * made-up bus address (never the virtual one, so a driver that hands the
- * device a virtual address is caught), and config space is a small array. */
+/* pci_model.c - the model seen as a PCI function (struct mlx5_pci), the one
+ * face the driver holds: BAR0 accesses go to the model's registers
+ * (model_hw.c), "DMA" memory is anonymous mmap'd memory entered in the bus
+ * space (model_bus.c), and config space is a small array. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,14 +10,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "mlx5/model_int.h"
+#include "mlx5/model/model_int.h"
 #include "util/util.h"
 
 enum {
     PAGE = 4096,
-    /* Bus addresses start where the CX-4 trace's did (0x7ab0e8000...), so
-     * traces look alike; they only grow and are never reused. */
-    MODEL_BUS_BASE_PAGE = 0x7a0000,  /* bus page number: bus 0x7a0000000 */
     PCI_DEVICE_CONNECTX4 = 0x1013,   /* PCI id of ConnectX-4 */
 };
 
@@ -28,69 +24,6 @@ static uint32_t pm_read32(struct mlx5_pci *p, uint32_t off) { return model_read3
 static void pm_write32(struct mlx5_pci *p, uint32_t off, uint32_t v) { model_write32(M(p), off, v); }
 static void pm_write64(struct mlx5_pci *p, uint32_t off, const void *b) { model_write64(M(p), off, b); }
 
-static int region_add(struct model *m, uint8_t *virt, size_t size, size_t align, int mapped,
-                      uint64_t *bus)
-{
-    if (align < PAGE)
-        align = PAGE;
-    pthread_mutex_lock(&m->lock);
-    if (m->nregions == m->cap_regions) {
-        int cap = m->cap_regions ? m->cap_regions * 2 : 64;
-        struct model_region *r = realloc(m->regions, (size_t)cap * sizeof *r);
-        if (!r) {
-            pthread_mutex_unlock(&m->lock);
-            return -ENOMEM;
-        }
-        m->regions = r;
-        m->cap_regions = cap;
-    }
-    uint64_t b = (m->next_bus + align - 1) & ~(uint64_t)(align - 1);
-    m->next_bus = b + ((size + PAGE - 1) & ~(size_t)(PAGE - 1)) + PAGE; /* a guard page */
-    m->regions[m->nregions++] = (struct model_region){b, virt, size, mapped};
-    pthread_mutex_unlock(&m->lock);
-    *bus = b;
-    return 0;
-}
-
-static void region_del(struct model *m, uint64_t bus)
-{
-    pthread_mutex_lock(&m->lock);
-    for (int i = 0; i < m->nregions; i++)
-        if (m->regions[i].bus == bus) {
-            m->regions[i] = m->regions[--m->nregions];
-            break;
-        }
-    pthread_mutex_unlock(&m->lock);
-}
-
-void *model_dma_region(struct model *m, uint64_t bus, uint64_t *bus_base, size_t *size)
-{
-    void *v = NULL;
-    pthread_mutex_lock(&m->lock);
-    for (int i = 0; i < m->nregions; i++) {
-        struct model_region *r = &m->regions[i];
-        if (bus >= r->bus && bus - r->bus < r->size) {
-            v = r->virt;
-            if (bus_base)
-                *bus_base = r->bus;
-            if (size)
-                *size = r->size;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&m->lock);
-    return v;
-}
-
-void *model_dma(struct model *m, uint64_t bus, size_t len)
-{
-    uint64_t base;
-    size_t size;
-    uint8_t *v = model_dma_region(m, bus, &base, &size);
-    if (!v || len > size - (bus - base))
-        return NULL;
-    return v + (bus - base);
-}
 
 static int pm_dma_alloc(struct mlx5_pci *p, size_t size, size_t align, struct mlx5_dma *out)
 {
@@ -99,7 +32,7 @@ static int pm_dma_alloc(struct mlx5_pci *p, size_t size, size_t align, struct ml
     if (v == MAP_FAILED)
         return -errno;
     uint64_t bus;
-    int rc = region_add(M(p), v, len, align, 0, &bus);
+    int rc = model_region_add(M(p), v, len, align, 0, &bus);
     if (rc < 0) {
         munmap(v, len);
         return rc;
@@ -112,7 +45,7 @@ static void pm_dma_free(struct mlx5_pci *p, struct mlx5_dma *d)
 {
     if (!d->virt)
         return;
-    region_del(M(p), d->bus);
+    model_region_del(M(p), d->bus);
     munmap(d->virt, d->size);
     memset(d, 0, sizeof *d);
 }
@@ -122,7 +55,7 @@ static int pm_dma_map(struct mlx5_pci *p, void *addr, size_t len, struct mlx5_dm
     uintptr_t start = (uintptr_t)addr & ~(uintptr_t)(PAGE - 1);
     uintptr_t end = ((uintptr_t)addr + len + PAGE - 1) & ~(uintptr_t)(PAGE - 1);
     uint64_t bus;
-    int rc = region_add(M(p), (uint8_t *)start, end - start, PAGE, 1, &bus);
+    int rc = model_region_add(M(p), (uint8_t *)start, end - start, PAGE, 1, &bus);
     if (rc < 0)
         return rc;
     *out = (struct mlx5_dma){.virt = (void *)start, .bus = bus, .size = end - start};
@@ -132,7 +65,7 @@ static int pm_dma_map(struct mlx5_pci *p, void *addr, size_t len, struct mlx5_dm
 static void pm_dma_unmap(struct mlx5_pci *p, struct mlx5_dma *d)
 {
     if (d->virt)
-        region_del(M(p), d->bus);
+        model_region_del(M(p), d->bus);
     memset(d, 0, sizeof *d);
 }
 
@@ -175,10 +108,9 @@ static const struct mlx5_pci_ops model_pci_ops = {
     .close = pm_close,
 };
 
-void pci_model_init(struct model *m)
+static void pci_model_init(struct model *m)
 {
     m->pci.ops = &model_pci_ops;
-    m->next_bus = (uint64_t)MODEL_BUS_BASE_PAGE << 12;
     uint8_t *cfg = cfg_of(m);
     cfg[0] = PCI_VENDOR_MELLANOX & 0xff;
     cfg[1] = PCI_VENDOR_MELLANOX >> 8;
@@ -193,28 +125,18 @@ int pci_model_open(const void *opts, struct mlx5_pci **out, char *err, size_t er
     struct model *m = model_create(opts, err, errlen);
     if (!m)
         return -ENOMEM;
+    pci_model_init(m);
     *out = &m->pci;
     return 0;
 }
 
 struct mlx5_pci *model_pci(struct model *m) { return &m->pci; }
 
-void model_wake(struct model *m)
+struct model *model_of_pci(struct mlx5_pci *p)
 {
-    uint64_t one = 1;
-    if (write(m->wake_fd, &one, sizeof one) < 0) {
-        /* the counter is saturated: the thread is awake anyway */
-    }
+    return p && p->ops == &model_pci_ops ? (struct model *)p : NULL;
 }
 
-void model_irq(struct model *m, int vector)
-{
-    uint64_t one = 1;
-    if (vector >= 0 && vector < MODEL_IRQ_VECTORS && m->irq_fd[vector] >= 0)
-        if (write(m->irq_fd[vector], &one, sizeof one) < 0) {
-            /* saturated: still readable */
-        }
-}
 
 int model_irq_fd(struct model *m, int vector)
 {

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "mlx5/cmdif.h"
-#include "mlx5/model_int.h"
+#include "mlx5/model/model_int.h"
 #include "mlx5_cx4_caps.h"
 #include "util/util.h"
 
@@ -364,7 +364,7 @@ struct model *model_create(const struct model_opts *opts, char *err, size_t errl
     pthread_cond_init(&m->rq_cond, NULL);
     for (int i = 0; i < MODEL_IRQ_VECTORS; i++)
         m->irq_fd[i] = -1;
-    pci_model_init(m);
+    model_bus_init(m);
     unsigned inst = atomic_fetch_add(&instances, 1);
     snprintf(m->pci.addr, sizeof m->pci.addr, "model%u", inst);
     /* A locally administered MAC: 02:6d:6c ("ml") + pid + instance. */
