@@ -50,10 +50,41 @@ int link_note(tbrt_link *l, int err, const char *fmt, ...)
     return -err;
 }
 
-void link_log_teardown(tbrt_link *l, const char *what)
+intptr_t link_took(tbrt_link *l, intptr_t rc)
 {
-    str_append(l->teardown_log, sizeof l->teardown_log, "%s%s", l->teardown_log[0] ? "," : "",
-               what);
+    if (rc < 0 && l->x.err && l->state != TBRT_LINK_BROKEN)
+        link_fail(l, l->x.err, "%s", l->x.why);
+    return rc < 0 && rc != -EAGAIN && l->state == TBRT_LINK_BROKEN ? -l->err : rc;
+}
+
+/* An RDMA link's socket carries nothing but the goodbye byte once the link
+ * is up, so it is looked at every millisecond or so, busy or idle (a UC
+ * send to a dead peer completes like any other); the clock is read every
+ * 64th call only. A tcp link's socket is its data: recv tells. */
+static int live_tick(tbrt_link *l)
+{
+    if (!l->x.dev || (++l->live_tick & 63) != 0)
+        return 0;
+    return link_check_liveness(l, false);
+}
+
+int link_progress(tbrt_link *l)
+{
+    int n = (int)link_took(l, l->t->progress(&l->x));
+    if (n < 0)
+        return n;
+    int rc = live_tick(l);
+    return rc ? rc : n;
+}
+
+/* Make the transport named by t, after select.c filled in the device. */
+static int transport_setup(tbrt_link *l, const struct link_transport *t, char *err, size_t errlen)
+{
+    int rc = t == &link_rdma ? link_rdma_setup(&l->x, err, errlen)
+                             : link_tcp_setup(&l->x, err, errlen);
+    if (rc == 0)
+        l->t = t;
+    return rc;
 }
 
 /* ---- options ------------------------------------------------------------------ */
@@ -118,18 +149,18 @@ static void fill_info(tbrt_link *l)
 {
     tbrt_link_info *i = &l->info;
     i->id = l->id;
-    i->flavor = l->flavor;
-    i->framing = l->framing;
-    i->qp_type = l->qp_type;
-    i->port = l->port;
-    i->gid_index = l->gid_index;
-    i->nbuf = l->nbuf;
-    i->stride = l->stride;
-    if (l->dev) {
-        str_copy(i->device, sizeof i->device, tbrt_dev_name(l->dev));
-        str_copy(i->kind, sizeof i->kind, tbrt_dev_kind(l->dev));
-        str_copy(i->personality, sizeof i->personality, tbrt_dev_personality(l->dev));
-        i->qpn = l->qp ? l->qp->qp_num : 0;
+    i->flavor = l->x.flavor;
+    i->framing = l->x.framing;
+    i->qp_type = l->x.qp_type;
+    i->port = l->x.port;
+    i->gid_index = l->x.gid_index;
+    i->nbuf = l->x.nbuf;
+    i->stride = l->x.stride;
+    if (l->x.dev) {
+        str_copy(i->device, sizeof i->device, tbrt_dev_name(l->x.dev));
+        str_copy(i->kind, sizeof i->kind, tbrt_dev_kind(l->x.dev));
+        str_copy(i->personality, sizeof i->personality, tbrt_dev_personality(l->x.dev));
+        i->qpn = l->x.qp ? l->x.qp->qp_num : 0;
     } else {
         str_copy(i->device, sizeof i->device, "tcp");
         str_copy(i->kind, sizeof i->kind, "tcp");
@@ -148,37 +179,39 @@ int tbrt_link_probe(int fd, const tbrt_link_opts *opts, tbrt_link **out, uint8_t
     if (!l)
         return err_set(err, errlen, ENOMEM, "probe: out of memory");
     l->id = atomic_fetch_add(&next_link_id, 1);
-    l->fd = fd;
-    l->pend_buf = -1;
-    l->gid_index = -1;
+    l->x.link_id = l->id;
+    l->x.fd = fd;
+    l->x.opts = &l->opts;
+    l->x.pend_buf = -1;
+    l->x.gid_index = -1;
     int rc = normalize(l, opts, err, errlen);
     if (rc == 0)
         rc = link_socket_setup(l, err, errlen);
     if (rc == 0) {
         if (strcmp(l->opts.device, "tcp") == 0) {
-            rc = link_tcp_setup(l, err, errlen);
+            rc = transport_setup(l, &link_tcp, err, errlen);
             str_copy(l->info.why_device, sizeof l->info.why_device, "tcp: asked for");
         } else {
             rc = link_select_device(l, err, errlen);
             if (rc == 0)
-                rc = link_rdma_setup(l, err, errlen);
+                rc = transport_setup(l, &link_rdma, err, errlen);
         }
     }
     if (rc) {
-        l->fd = -1;             /* the caller keeps its socket on failure */
+        l->x.fd = -1;             /* the caller keeps its socket on failure */
         if (l->t)
-            l->t->teardown(l);
-        else if (l->dev)
-            link_rdma.teardown(l);
+            l->t->teardown(&l->x);
+        else if (l->x.dev)
+            link_rdma.teardown(&l->x);
         free(l);
         return rc;
     }
     l->state = TBRT_LINK_PROBED;
     fill_info(l);
     if (caps_out) {
-        tbrt_caps c = {.flavor = l->dev ? l->flavor : 0, .qpn = l->info.qpn, .psn = l->psn,
-                       .lid = l->lid};
-        memcpy(c.gid, l->gid, 16);
+        tbrt_caps c = {.flavor = l->x.dev ? l->x.flavor : 0, .qpn = l->info.qpn, .psn = l->x.psn,
+                       .lid = l->x.lid};
+        memcpy(c.gid, l->x.gid, 16);
         tbrt_caps_encode(&c, caps_out, TBRT_CAPS_SIZE);
     }
     *out = l;
@@ -193,26 +226,28 @@ int tbrt_link_activate(tbrt_link *l, const uint8_t *peer_caps, size_t len)
         return link_note(l, EINVAL, "activate: the link is not freshly probed (state %d)", l->state);
     tbrt_caps peer;
     char why[TBRT_WHY_MAX];
-    int rc = tbrt_caps_decode(peer_caps, len, l->flavor ? l->flavor : TBRT_FLAVOR_LINUX, &peer,
+    int rc = tbrt_caps_decode(peer_caps, len, l->x.flavor ? l->x.flavor : TBRT_FLAVOR_LINUX, &peer,
                               why, sizeof why);
     if (rc < 0) {
         link_send_byte(l, 0);   /* the peer fails with us */
         return link_fail(l, -rc, "activate: %s", why);
     }
-    if (rc == 1 || !l->dev) {
+    if (rc == 1 || !l->x.dev) {
         /* either side without RDMA: both stay on TCP */
-        if (l->dev) {
-            link_rdma.teardown(l);
-            l->teardown_log[0] = 0;
+        if (l->x.dev) {
+            link_rdma.teardown(&l->x);
+            l->x.teardown_log[0] = 0;
             l->fallback = true;
-            link_tcp_setup(l, why, sizeof why);
+            transport_setup(l, &link_tcp, why, sizeof why);
             fill_info(l);
             str_copy(l->info.why_device, sizeof l->info.why_device,
                      "tcp: the peer sent all-zero caps (no RDMA), so both sides stay on TCP");
         }
         rc = 0;
     } else {
-        rc = l->t->activate(l, &peer);
+        rc = (int)link_took(l, l->t->activate(&l->x, &peer));
+        if (rc == 0)
+            l->info.peer_qpn = peer.qpn;
     }
     if (rc == 0 && l->state == TBRT_LINK_BROKEN)
         rc = -l->err;
@@ -277,9 +312,12 @@ intptr_t tbrt_link_send(tbrt_link *l, const void *buf, size_t len)
         return link_note(l, EPIPE, "send: the peer closed the link");
     if (len == 0)
         return 0;
-    intptr_t n = l->t->send(l, buf, len);
+    intptr_t n = link_took(l, l->t->send(&l->x, buf, len));
     if (n == -EAGAIN)
-        l->stats.eagain++;
+        l->x.stats.eagain++;
+    /* a send that never has to wait must still notice a dead peer */
+    if (n >= 0 && (rc = live_tick(l)) != 0)
+        return rc;
     return n;
 }
 
@@ -287,35 +325,35 @@ intptr_t tbrt_link_recv(tbrt_link *l, void *buf, size_t len)
 {
     if (!l || (!buf && len))
         return -EINVAL;
-    if (l->state == TBRT_LINK_BROKEN && l->peer_dead && l->t->readable(l) && len)
-        return l->t->recv(l, buf, len); /* what arrived before the peer died */
+    if (l->state == TBRT_LINK_BROKEN && l->x.peer_dead && l->t->readable(&l->x) && len)
+        return link_took(l, l->t->recv(&l->x, buf, len)); /* what arrived before the peer died */
     int rc = link_usable(l, "recv");
     if (rc)
         return rc;
     if (len == 0)
         return 0;
     /* turnaround: a request still coalescing would never reach the peer */
-    if ((rc = l->t->flush(l)) != 0 && rc != -EAGAIN)
+    if ((rc = (int)link_took(l, l->t->flush(&l->x))) != 0 && rc != -EAGAIN)
         return rc;
-    if (!l->dev) {
+    if (!l->x.dev) {
         /* tcp: the socket itself knows; one recv, no poll first */
-        intptr_t n = l->t->recv(l, buf, len);
+        intptr_t n = link_took(l, l->t->recv(&l->x, buf, len));
         if (n == -EAGAIN)
-            l->stats.eagain++;
+            l->x.stats.eagain++;
         return n;
     }
-    if (!l->t->readable(l)) {
-        int n = l->t->progress(l);
+    if (!l->t->readable(&l->x)) {
+        int n = link_progress(l);
         if (n < 0)
-            return l->t->readable(l) ? l->t->recv(l, buf, len) : n;
+            return l->t->readable(&l->x) ? link_took(l, l->t->recv(&l->x, buf, len)) : n;
     }
-    if (!l->t->readable(l)) {
-        if (l->bye || l->tcp_eof)
+    if (!l->t->readable(&l->x)) {
+        if (l->bye || l->x.eof)
             return 0;           /* EOF */
-        l->stats.eagain++;
+        l->x.stats.eagain++;
         return -EAGAIN;
     }
-    return l->t->recv(l, buf, len);
+    return link_took(l, l->t->recv(&l->x, buf, len));
 }
 
 int tbrt_link_flush(tbrt_link *l)
@@ -323,7 +361,7 @@ int tbrt_link_flush(tbrt_link *l)
     if (!l)
         return -EINVAL;
     int rc = link_usable(l, "flush");
-    return rc ? rc : l->t->flush(l);
+    return rc ? rc : (int)link_took(l, l->t->flush(&l->x));
 }
 
 int tbrt_link_progress(tbrt_link *l)
@@ -334,14 +372,14 @@ int tbrt_link_progress(tbrt_link *l)
         return -l->err;
     if (l->state != TBRT_LINK_READY)
         return 0;
-    return l->t->progress(l);
+    return link_progress(l);
 }
 
 int tbrt_link_fds(tbrt_link *l, int *fds, int max)
 {
     if (!l || !fds || !l->t)
         return 0;
-    return l->t->fds(l, fds, max);
+    return l->t->fds(&l->x, fds, max);
 }
 
 int tbrt_link_arm(tbrt_link *l)
@@ -350,16 +388,16 @@ int tbrt_link_arm(tbrt_link *l)
         return -EINVAL;
     if (l->state == TBRT_LINK_BROKEN)
         return -l->err;
-    int rc = l->t->arm(l);
+    int rc = (int)link_took(l, l->t->arm(&l->x));
     if (rc == 0)
-        l->stats.sleeps++;      /* armed: the caller sleeps on the fds now */
+        l->x.stats.sleeps++;      /* armed: the caller sleeps on the fds now */
     return rc;
 }
 
 double tbrt_link_sleep_max(tbrt_link *l)
 {
     /* sends in flight on a software device move only when we call in */
-    if (l && l->dev && strcmp(tbrt_dev_kind(l->dev), "soft") == 0 && !l->t->idle(l))
+    if (l && l->x.dev && strcmp(tbrt_dev_kind(l->x.dev), "soft") == 0 && !l->t->idle(&l->x))
         return 0.001;
     return -1;
 }
@@ -370,13 +408,13 @@ int tbrt_link_ready_for(tbrt_link *l, int what)
         return 1;               /* a call would return (an error) at once */
     switch (what) {
     case TBRT_WAIT_RECV:
-        if (!l->dev)
+        if (!l->x.dev)
             return 0;           /* tcp: only a recv knows; the caller polls the fd */
-        return l->t->readable(l) > 0 || l->bye;
+        return l->t->readable(&l->x) > 0 || l->bye;
     case TBRT_WAIT_SEND:
-        return l->t->writable(l) || l->bye;
+        return l->t->writable(&l->x) || l->bye;
     case TBRT_WAIT_IDLE:
-        return l->t->idle(l);
+        return l->t->idle(&l->x);
     default:
         return 1;
     }
@@ -386,19 +424,17 @@ int tbrt_link_inflight(tbrt_link *l)
 {
     if (!l || !l->t || l->state == TBRT_LINK_CLOSED)
         return 0;
-    if (l->dev)
-        return (int)l->send_count;
-    return l->t->idle(l) ? 0 : 1;
+    return l->t->inflight(&l->x);
 }
 
 int tbrt_link_writable(tbrt_link *l)
 {
-    return l && l->state == TBRT_LINK_READY && l->t->writable(l);
+    return l && l->state == TBRT_LINK_READY && l->t->writable(&l->x);
 }
 
 size_t tbrt_link_readable(tbrt_link *l)
 {
-    return l && l->t ? l->t->readable(l) : 0;
+    return l && l->t ? l->t->readable(&l->x) : 0;
 }
 
 /* ---- information ---------------------------------------------------------------- */
@@ -418,7 +454,7 @@ void tbrt_link_set_timeouts(tbrt_link *l, double timeout, double liveness, doubl
 void tbrt_link_stats_get(tbrt_link *l, tbrt_link_stats *s)
 {
     if (l && s)
-        *s = l->stats;
+        *s = l->x.stats;
 }
 
 void tbrt_link_info_get(tbrt_link *l, tbrt_link_info *i)
@@ -431,16 +467,16 @@ void tbrt_link_info_get(tbrt_link *l, tbrt_link_info *i)
 
 const char *tbrt_link_why(tbrt_link *l) { return l ? l->why : "no link"; }
 int tbrt_link_errno(tbrt_link *l) { return l ? l->err : EINVAL; }
-tbrt_dev *tbrt_link_dev(tbrt_link *l) { return l ? l->dev : NULL; }
-tbrt_qp *tbrt_link_qp(tbrt_link *l) { return l ? l->qp : NULL; }
-tbrt_cq *tbrt_link_cq(tbrt_link *l) { return l ? l->cq : NULL; }
-const char *tbrt_link_teardown(tbrt_link *l) { return l ? l->teardown_log : ""; }
+tbrt_dev *tbrt_link_dev(tbrt_link *l) { return l ? l->x.dev : NULL; }
+tbrt_qp *tbrt_link_qp(tbrt_link *l) { return l ? l->x.qp : NULL; }
+tbrt_cq *tbrt_link_cq(tbrt_link *l) { return l ? l->x.cq : NULL; }
+const char *tbrt_link_teardown(tbrt_link *l) { return l ? l->x.teardown_log : ""; }
 
 int tbrt_link_inject(tbrt_link *l, int what)
 {
-    if (!l || what < 1 || what > 4 || !l->dev)
+    if (!l || what < 1 || what > 4 || !l->x.dev)
         return -EINVAL;
-    l->inject = what;
+    l->x.inject = what;
     return 0;
 }
 
@@ -452,26 +488,26 @@ static int link_close(tbrt_link *l, bool drain)
         return -EINVAL;
     if (l->state == TBRT_LINK_CLOSED)
         return 0;
-    if (l->state == TBRT_LINK_READY && !l->peer_dead) {
+    if (l->state == TBRT_LINK_READY && !l->x.peer_dead) {
         /* let what was sent land before saying goodbye, bounded */
-        l->t->flush(l);
+        link_took(l, l->t->flush(&l->x));
         if (drain)
             link_wait_idle(l, TBRT_MIN(l->opts.timeout, 2.0));
         /* an RDMA link's socket carries only this byte now; a tcp link's
          * EOF (below) says the same */
-        if (!l->bye && l->dev)
+        if (!l->bye && l->x.dev)
             link_send_byte(l, TBRT_BYE_BYTE);
     }
     if (l->t)
-        l->t->teardown(l);
-    if (l->fd >= 0) {
-        shutdown(l->fd, SHUT_WR);
-        close(l->fd);
-        l->fd = -1;
+        l->t->teardown(&l->x);
+    if (l->x.fd >= 0) {
+        shutdown(l->x.fd, SHUT_WR);
+        close(l->x.fd);
+        l->x.fd = -1;
     }
     l->state = TBRT_LINK_CLOSED;
-    if (l->close_err)
-        return link_note(l, l->close_err, "close: %s", l->close_why);
+    if (l->x.close_err)
+        return link_note(l, l->x.close_err, "close: %s", l->x.close_why);
     return 0;
 }
 

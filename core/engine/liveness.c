@@ -29,44 +29,44 @@ int link_socket_setup(tbrt_link *l, char *err, size_t errlen)
 {
     int type = 0;
     socklen_t len = sizeof type;
-    if (getsockopt(l->fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM)
+    if (getsockopt(l->x.fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM)
         return err_set(err, errlen, ENOTSOCK, "link %d: probe: fd %d is not a stream socket",
-                       l->id, l->fd);
+                       l->id, l->x.fd);
     struct sockaddr_storage peer;
     len = sizeof peer;
-    if (getpeername(l->fd, (struct sockaddr *)&peer, &len) != 0)
+    if (getpeername(l->x.fd, (struct sockaddr *)&peer, &len) != 0)
         return err_set(err, errlen, ENOTCONN, "link %d: probe: the bootstrap socket is not "
                        "connected: %s", l->id, strerror(errno));
-    int fl = fcntl(l->fd, F_GETFL);
-    if (fl < 0 || fcntl(l->fd, F_SETFL, fl | O_NONBLOCK) != 0)
+    int fl = fcntl(l->x.fd, F_GETFL);
+    if (fl < 0 || fcntl(l->x.fd, F_SETFL, fl | O_NONBLOCK) != 0)
         return err_set(err, errlen, errno, "link %d: probe: O_NONBLOCK: %s", l->id, strerror(errno));
     int one = 1;
-    setsockopt(l->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(l->x.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     /* keepalive probes every second, give up at the liveness bound */
     int secs = (int)ceil(l->opts.liveness);
     if (secs < 2)
         secs = 2;
     int idle = 1, intvl = 1, cnt = secs - 1;
-    setsockopt(l->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    setsockopt(l->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    setsockopt(l->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-    setsockopt(l->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    setsockopt(l->x.fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(l->x.fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(l->x.fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(l->x.fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
     unsigned ut = (unsigned)(l->opts.liveness * 1000.0);
-    setsockopt(l->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut);
+    setsockopt(l->x.fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut);
     return 0;
 }
 
 int link_send_byte(tbrt_link *l, uint8_t b)
 {
     for (;;) {
-        ssize_t n = send(l->fd, &b, 1, MSG_NOSIGNAL);
+        ssize_t n = send(l->x.fd, &b, 1, MSG_NOSIGNAL);
         if (n == 1)
             return 0;
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             /* one byte on an idle socket: only a full buffer (tcp link) stops it */
-            struct pollfd p = {.fd = l->fd, .events = POLLOUT};
+            struct pollfd p = {.fd = l->x.fd, .events = POLLOUT};
             if (poll(&p, 1, (int)(l->opts.timeout * 1000)) > 0)
                 continue;
             return -ETIMEDOUT;
@@ -78,7 +78,7 @@ int link_send_byte(tbrt_link *l, uint8_t b)
 int link_recv_byte(tbrt_link *l, uint8_t *b)
 {
     for (;;) {
-        ssize_t n = recv(l->fd, b, 1, MSG_DONTWAIT);
+        ssize_t n = recv(l->x.fd, b, 1, MSG_DONTWAIT);
         if (n == 1)
             return 1;
         if (n == 0)
@@ -95,19 +95,19 @@ int link_recv_byte(tbrt_link *l, uint8_t *b)
  * (cable pulled) loses frames silently on UC, so say so at once. */
 static int check_port(tbrt_link *l, double now)
 {
-    if (!l->dev || now - l->last_port_check < PORT_CHECK_EVERY)
+    if (!l->x.dev || now - l->last_port_check < PORT_CHECK_EVERY)
         return 0;
     l->last_port_check = now;
     struct ibv_port_attr pa;
-    if (tbrt_port_query(l->dev, l->port, &pa) != 0 || pa.state == IBV_PORT_ACTIVE)
+    if (tbrt_port_query(l->x.dev, l->x.port, &pa) != 0 || pa.state == IBV_PORT_ACTIVE)
         return 0;
     return link_fail(l, ENETDOWN, "port %u of %s went %s (link lost: cable, switch or peer "
-                     "port down)", l->port, tbrt_dev_name(l->dev), dev_port_state_name(pa.state));
+                     "port down)", l->x.port, tbrt_dev_name(l->x.dev), dev_port_state_name(pa.state));
 }
 
 int link_check_liveness(tbrt_link *l, bool force)
 {
-    if (l->bye || l->peer_dead)
+    if (l->bye || l->x.peer_dead)
         return 0;
     double now = now_s();
     if (!force) {
@@ -126,7 +126,7 @@ int link_check_liveness(tbrt_link *l, bool force)
         l->bye = true;
         return 0;
     }
-    l->peer_dead = true;
+    l->x.peer_dead = true;
     if (rc == 1)
         return link_fail(l, EPROTO, "bootstrap socket: unexpected byte 0x%02x after setup "
                          "(nothing else may cross it once the link is up)", b);

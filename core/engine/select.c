@@ -21,7 +21,7 @@ static int target_gid(tbrt_link *l, uint8_t gid[16], char *err, size_t errlen)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
-    if (getsockname(l->fd, (struct sockaddr *)&ss, &len) != 0)
+    if (getsockname(l->x.fd, (struct sockaddr *)&ss, &len) != 0)
         return err_set(err, errlen, errno, "link %d: probe: getsockname on the bootstrap socket: %s",
                        l->id, strerror(errno));
     memset(gid, 0, 16);
@@ -90,11 +90,11 @@ static int pick_port_gid(tbrt_link *l, tbrt_dev *dev, const uint8_t target[16], 
                                skipped, skipped[0] ? "; " : "", port, tgt, pa.gid_tbl_len);
             tbrt_gid_query(dev, (uint8_t)port, found, &e);
         }
-        l->port = (uint8_t)port;
-        l->gid_index = found;
-        memcpy(l->gid, e.gid.raw, 16);
-        l->lid = pa.lid;
-        l->mtu = pa.active_mtu;
+        l->x.port = (uint8_t)port;
+        l->x.gid_index = found;
+        memcpy(l->x.gid, e.gid.raw, 16);
+        l->x.lid = pa.lid;
+        l->x.mtu = pa.active_mtu;
         char g[64];
         dev_gid_str(e.gid.raw, g, sizeof g);
         snprintf(why, whylen, "%s%s%s port %d%s%s%s, GID[%d] %s%s%s", tbrt_dev_name(dev),
@@ -159,8 +159,8 @@ int link_select_device(tbrt_link *l, char *err, size_t errlen)
             if (rc == 0) {
                 rc = pick_port_gid(l, dev, target, why, sizeof why);
                 if (rc == 0) {
-                    l->dev = dev;
-                    l->flavor = tbrt_dev_flavor(dev);
+                    l->x.dev = dev;
+                    l->x.flavor = tbrt_dev_flavor(dev);
                     if (autosel)
                         snprintf(l->info.why_device, sizeof l->info.why_device,
                                  "auto: %s%s%s", why,

@@ -17,10 +17,10 @@
 int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, const char *what,
                      bool writing)
 {
-    bool tcp_out = writing && !l->dev;
+    bool tcp_out = writing && !l->x.dev;
     /* the kernel wakes a tcp reader as fast as spinning would, without
      * taking the core from its own network processing */
-    double spin = l->dev ? l->opts.spin : 0;
+    double spin = l->x.dev ? l->opts.spin : 0;
     double now = now_s(), deadline = now + timeout, spin_until = now + spin;
     /* the clock costs as much as a poll of the queue (more in a VM): read
      * it every few idle turns, and after progress only to restart the spin */
@@ -29,7 +29,7 @@ int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, const cha
     for (;;) {
         if (cond(l, arg))
             return 0;
-        int n = l->t->progress(l);
+        int n = link_progress(l);
         if (n < 0)
             return n;
         if (cond(l, arg))
@@ -50,7 +50,7 @@ int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, const cha
         if (now < spin_until)
             continue;
         /* a socket needs no arming: poll() is level-triggered */
-        int a = l->dev ? tbrt_link_arm(l) : 0;
+        int a = l->x.dev ? tbrt_link_arm(l) : 0;
         if (a < 0)
             return a;
         if (a > 0) {
@@ -58,7 +58,7 @@ int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, const cha
             continue;
         }
         struct pollfd p[2];
-        int fds[2], nf = l->t->fds(l, fds, 2);
+        int fds[2], nf = l->t->fds(&l->x, fds, 2);
         for (int i = 0; i < nf; i++)
             p[i] = (struct pollfd){.fd = fds[i], .events = tcp_out ? POLLOUT : POLLIN};
         double nap = deadline - now, cap = tbrt_link_sleep_max(l);
@@ -89,7 +89,7 @@ int tbrt_link_activate_wait(tbrt_link *l, const uint8_t *peer_caps, size_t len)
         if (left <= 0)
             return link_fail(l, ETIMEDOUT, "readiness: no byte from the peer within %.3g s",
                              l->opts.timeout);
-        struct pollfd p = {.fd = l->fd, .events = POLLIN};
+        struct pollfd p = {.fd = l->x.fd, .events = POLLIN};
         poll(&p, 1, (int)ceil(left * 1000.0));
     }
 }
@@ -186,7 +186,7 @@ intptr_t tbrt_link_recv_some(tbrt_link *l, void *buf, size_t len, double timeout
 static bool cond_idle(tbrt_link *l, void *arg)
 {
     (void)arg;
-    return l->t->idle(l) || l->state == TBRT_LINK_BROKEN;
+    return l->t->idle(&l->x) || l->state == TBRT_LINK_BROKEN;
 }
 
 int link_wait_idle(tbrt_link *l, double timeout)

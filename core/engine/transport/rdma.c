@@ -1,0 +1,462 @@
+/* rdma.c - the RDMA transport of a link (transport.h): stride rings over a
+ * verbs device.
+ *
+ * Per direction a ring of nbuf registered strides. A stride starts with the
+ * frame header (framing.h); send() coalesces bytes into the current stride
+ * and posts it when full, flush() posts a partly filled one at a message
+ * boundary. In fixed framing every SEND carries the whole stride (TN3205: a
+ * SEND and its RECV must cover the same number of 4 KiB frames); in variable
+ * framing only the filled bytes. recv() hands out bytes of completed
+ * strides in order, partial reads included, and reposts a stride once it is
+ * drained. Send strides are freed by their completions, in order.
+ *
+ * Receives are posted at INIT on Linux (so nothing meets an empty queue) and
+ * after RTS on Apple (its provider refuses them earlier). */
+#include <endian.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+
+#include "engine/transport/framing.h"
+#include "engine/transport/transport.h"
+#include "util/util.h"
+
+#define RECV_TAG (1ull << 20)   /* wr_id bit of receive completions */
+#define WC_BATCH 32
+
+static const char *wc_status_text(int st) { return dev_wc_status_name(st); }
+
+/* ---- setup ------------------------------------------------------------------ */
+
+static void *ring_alloc(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+int link_rdma_setup(struct xport *x, char *err, size_t errlen)
+{
+    tbrt_dev *dev = x->dev;
+    struct ibv_port_attr pa;
+    tbrt_port_query(dev, x->port, &pa);
+    x->nbuf = x->opts->nbuf;
+    x->stride = x->opts->stride;
+    x->payload = x->stride - TBRT_STRIDE_HDR;
+    x->framing = x->opts->framing ? x->opts->framing
+                                 : (x->flavor == TBRT_FLAVOR_APPLE ? TBRT_FRAMING_FIXED
+                                                                   : TBRT_FRAMING_VARIABLE);
+    x->qp_type = x->opts->qp_type ? x->opts->qp_type
+                                 : (x->flavor == TBRT_FLAVOR_APPLE ? IBV_QPT_UC : IBV_QPT_RC);
+    if (pa.max_msg_sz && x->stride > pa.max_msg_sz)
+        return err_set(err, errlen, EINVAL, "link %d: probe: stride %u exceeds %s's max "
+                       "message size %u", x->link_id, x->stride, tbrt_dev_name(dev), pa.max_msg_sz);
+    /* queue depth: work requests, or 4 KiB frames on Apple (TN3205) */
+    uint64_t depth = x->nbuf;
+    if (x->flavor == TBRT_FLAVOR_APPLE) {
+        depth = (uint64_t)x->nbuf * (x->stride / 4096);
+        struct ibv_device_attr da;
+        tbrt_dev_query(dev, &da);
+        if (depth > (uint64_t)da.max_qp_wr)
+            return err_set(err, errlen, EINVAL, "link %d: probe: a ring of %u x %u bytes is %llu "
+                           "frames per queue; %s allows %d (TN3205 counts depth in 4 KiB frames)",
+                           x->link_id, x->nbuf, x->stride, (unsigned long long)depth,
+                           tbrt_dev_name(dev), da.max_qp_wr);
+    }
+    int rc;
+#define STEP(call, what)                                                                 \
+    do {                                                                                 \
+        if ((rc = (call)) != 0)                                                          \
+            return err_set(err, errlen, -rc, "link %d: probe: %s: %s", x->link_id, what,       \
+                           tbrt_dev_why(dev));                                          \
+    } while (0)
+    STEP(tbrt_pd_alloc(dev, &x->pd), "alloc_pd");
+    STEP(tbrt_cq_create(dev, (int)(2 * x->nbuf + 8), &x->cq), "create_cq");
+    tbrt_qp_init qi = {.send_cq = x->cq, .recv_cq = x->cq, .qp_type = x->qp_type,
+                       .cap = {.max_send_wr = (uint32_t)depth, .max_recv_wr = (uint32_t)depth,
+                               .max_send_sge = 1, .max_recv_sge = 1}};
+    STEP(tbrt_qp_create(x->pd, &qi, &x->qp), "create_qp");
+    x->ring_bytes = (size_t)x->nbuf * x->stride;
+    x->send_mem = ring_alloc(x->ring_bytes);
+    x->recv_mem = ring_alloc(x->ring_bytes);
+    if (!x->send_mem || !x->recv_mem)
+        return err_set(err, errlen, ENOMEM, "link %d: probe: cannot map 2 x %zu bytes of rings",
+                       x->link_id, x->ring_bytes);
+    /* Apple rejects LOCAL_WRITE-only regions, even for SEND/RECV */
+    int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+    STEP(tbrt_mr_reg(x->pd, x->send_mem, x->ring_bytes, access, &x->send_mr), "reg_mr send ring");
+    STEP(tbrt_mr_reg(x->pd, x->recv_mem, x->ring_bytes, access, &x->recv_mr), "reg_mr recv ring");
+#undef STEP
+    x->inq = calloc(x->nbuf, sizeof *x->inq);
+    if (!x->inq)
+        return err_set(err, errlen, ENOMEM, "link %d: probe: out of memory", x->link_id);
+    x->pend_buf = -1;
+    x->send_seq = x->recv_seq = 1;
+    if (x->flavor == TBRT_FLAVOR_LINUX) {
+        uint32_t r = 0;
+        if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+            r = (uint32_t)now_ns();
+        x->psn = r & 0xffffff;
+    }
+    return 0;
+}
+
+/* ---- activation ------------------------------------------------------------- */
+
+static int post_recv(struct xport *x, uint32_t i)
+{
+    struct ibv_sge sge = {.addr = (uintptr_t)(x->recv_mem + (size_t)i * x->stride),
+                          .length = x->stride, .lkey = x->recv_mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = RECV_TAG | i, .sg_list = &sge, .num_sge = 1};
+    int rc = tbrt_post_recv(x->qp, &wr, NULL);
+    if (rc)
+        return xport_fail(x, -rc, "post_recv stride %u: %s", i, tbrt_dev_why(x->dev));
+    return 0;
+}
+
+static int post_all_recvs(struct xport *x)
+{
+    for (uint32_t i = 0; i < x->nbuf; i++) {
+        int rc = post_recv(x, i);
+        if (rc)
+            return rc;
+    }
+    x->recv_posted = x->nbuf;
+    return 0;
+}
+
+static int modify(struct xport *x, struct ibv_qp_attr *a, int mask, const char *what)
+{
+    int rc = tbrt_qp_modify(x->qp, a, mask);
+    if (rc)
+        return xport_fail(x, -rc, "activate: %s: %s", what, tbrt_dev_why(x->dev));
+    return 0;
+}
+
+static int rdma_activate(struct xport *x, const tbrt_caps *peer)
+{
+    bool rc_qp = x->qp_type == IBV_QPT_RC;
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = x->port,
+                            .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                               IBV_ACCESS_REMOTE_WRITE};
+    int rc = modify(x, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+                    "RESET->INIT");
+    if (rc)
+        return rc;
+    if (x->flavor != TBRT_FLAVOR_APPLE && (rc = post_all_recvs(x)) != 0)
+        return rc;
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = x->mtu;
+    a.dest_qp_num = peer->qpn;
+    a.rq_psn = peer->psn;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.port_num = x->port;
+    a.ah_attr.dlid = peer->lid;
+    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.grh.sgid_index = (uint8_t)x->gid_index;
+    memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
+    int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+    if (rc_qp) {
+        a.max_dest_rd_atomic = 1;
+        a.min_rnr_timer = 1;    /* 0.01 ms: the receiver reposts as it reads */
+        mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    }
+    if ((rc = modify(x, &a, mask, "INIT->RTR")) != 0)
+        return rc;
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = x->psn;
+    mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+    if (rc_qp) {
+        a.timeout = 14;         /* 4.096 us x 2^14 = 67 ms per try */
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;        /* forever: the receiver reposts when it reads */
+        a.max_rd_atomic = 1;
+        mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    }
+    if ((rc = modify(x, &a, mask, "RTR->RTS")) != 0)
+        return rc;
+    if (x->flavor == TBRT_FLAVOR_APPLE && (rc = post_all_recvs(x)) != 0)
+        return rc;
+    x->peer = *peer;
+    return 0;
+}
+
+/* ---- completions -------------------------------------------------------------- */
+
+static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
+{
+    uint32_t buf = (uint32_t)(wc->wr_id & 0xffff);
+    if (buf >= x->nbuf)
+        return xport_fail(x, EPROTO, "recv completion for stride %u of %u", buf, x->nbuf);
+    const uint8_t *at = x->recv_mem + (size_t)buf * x->stride;
+    uint32_t magic, len, seq, check;
+    frame_hdr_read(at, &magic, &len, &seq, &check);
+    if (magic != TBRT_SEG_MAGIC)
+        return xport_fail(x, EPROTO, "recv: frame magic 0x%x != RSEG (stream desynced)", magic);
+    if (check != (uint32_t) ~(magic ^ len ^ seq))
+        return xport_fail(x, EPROTO, "recv: frame header check 0x%x != 0x%x (corrupted header)",
+                         check, (uint32_t) ~(magic ^ len ^ seq));
+    if (len > x->payload)
+        return xport_fail(x, EPROTO, "recv: frame length %u exceeds the stride payload %u",
+                         len, x->payload);
+    if (x->framing == TBRT_FRAMING_FIXED ? wc->byte_len != x->stride
+                                         : wc->byte_len != TBRT_STRIDE_HDR + len)
+        return xport_fail(x, EPROTO, "recv: frame length %u but the SEND carried %u bytes "
+                         "(%s framing expects %u; do both sides use the same framing?)",
+                         len, wc->byte_len, x->framing == TBRT_FRAMING_FIXED ? "fixed" : "variable",
+                         x->framing == TBRT_FRAMING_FIXED ? x->stride : TBRT_STRIDE_HDR + len);
+    if (seq != x->recv_seq)
+        return xport_fail(x, EPROTO, "recv: frame seq %u != expected %u (a frame was %s on the "
+                         "wire)", seq, x->recv_seq, seq > x->recv_seq ? "dropped" : "repeated");
+    x->recv_seq++;
+    x->recv_posted--;
+    x->stats.frames_recv++;
+    if (len == 0) {             /* nothing to read: straight back to the device */
+        if (post_recv(x, buf))
+            return -x->err;
+        x->recv_posted++;
+        return 0;
+    }
+    struct link_inq *q = &x->inq[(x->inq_head + x->inq_count) % x->nbuf];
+    q->buf = buf;
+    q->off = 0;
+    q->len = len;
+    x->inq_count++;
+    x->inq_bytes += len;
+    return 0;
+}
+
+static int rdma_progress(struct xport *x)
+{
+    struct ibv_wc wc[WC_BATCH];
+    int n = tbrt_cq_poll(x->cq, WC_BATCH, wc);
+    if (n < 0)
+        return xport_fail(x, -n, "poll_cq: %s", tbrt_dev_why(x->dev));
+    for (int i = 0; i < n; i++) {
+        bool is_recv = wc[i].wr_id & RECV_TAG;
+        if (wc[i].status != IBV_WC_SUCCESS) {
+            const char *v = tbrt_dev_vendor_err(x->dev, wc[i].vendor_err);
+            return xport_fail(x, wc[i].status == IBV_WC_RETRY_EXC_ERR ? ECONNRESET : EIO,
+                             "%s completion: %s%s%s", is_recv ? "recv" : "send",
+                             wc_status_text(wc[i].status), v[0] ? ": " : "", v);
+        }
+        if (is_recv) {
+            int rc = frame_arrived(x, &wc[i]);
+            if (rc)
+                return rc;
+        } else {
+            uint32_t buf = (uint32_t)(wc[i].wr_id & 0xffff);
+            if (!x->send_count || buf != x->send_head)
+                return xport_fail(x, EPROTO, "send completion for stride %u, expected %u", buf,
+                                 x->send_head);
+            x->send_head = (x->send_head + 1) % x->nbuf;
+            x->send_count--;
+        }
+    }
+    x->stats.completions += (uint64_t)n;
+    if (n == 0)
+        x->stats.spins++;
+    return n;
+}
+
+/* ---- sending -------------------------------------------------------------------- */
+
+static int post_pending(struct xport *x)
+{
+    if (x->pend_buf < 0)
+        return 0;
+    uint32_t i = (uint32_t)x->pend_buf;
+    uint8_t *at = x->send_mem + (size_t)i * x->stride;
+    uint32_t magic = TBRT_SEG_MAGIC, len = x->pend_len, seq = x->send_seq++;
+    switch (x->inject) {        /* test hook: break the next frame on purpose */
+    case 1: magic = 0x0badf00d; break;
+    case 2: len = x->payload + 1; break;
+    case 3: seq++; x->send_seq++; break;
+    case 4: seq = seq - 1; x->send_seq--; break;
+    }
+    x->inject = 0;
+    frame_hdr_write(at, magic, len, seq);
+    uint32_t bytes = x->framing == TBRT_FRAMING_FIXED ? x->stride : TBRT_STRIDE_HDR + x->pend_len;
+    struct ibv_sge sge = {.addr = (uintptr_t)at, .length = bytes, .lkey = x->send_mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = i, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED};
+    int rc = tbrt_post_send(x->qp, &wr, NULL);
+    if (rc)
+        return xport_fail(x, -rc, "post_send stride %u (%u bytes): %s", i, bytes,
+                         tbrt_dev_why(x->dev));
+    x->send_count++;
+    x->stats.frames_sent++;
+    x->pend_buf = -1;
+    x->pend_len = 0;
+    return 0;
+}
+
+static bool acquire(struct xport *x)
+{
+    if (x->pend_buf >= 0)
+        return true;
+    if (x->send_count == x->nbuf) {
+        if (rdma_progress(x) < 0 || x->send_count == x->nbuf)
+            return false;
+    }
+    x->pend_buf = (int)((x->send_head + x->send_count) % x->nbuf);
+    x->pend_len = 0;
+    return true;
+}
+
+static intptr_t rdma_send(struct xport *x, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    size_t done = 0;
+    while (done < len) {
+        if (!acquire(x))
+            break;
+        uint8_t *at = x->send_mem + (size_t)x->pend_buf * x->stride + TBRT_STRIDE_HDR + x->pend_len;
+        size_t n = TBRT_MIN(len - done, (size_t)(x->payload - x->pend_len));
+        memcpy(at, p + done, n);
+        x->pend_len += (uint32_t)n;
+        done += n;
+        if (x->pend_len == x->payload && post_pending(x))
+            return -x->err;
+    }
+    if (x->err)
+        return -x->err;
+    x->stats.bytes_sent += done;
+    return done ? (intptr_t)done : -EAGAIN;
+}
+
+static int rdma_flush(struct xport *x)
+{
+    if (x->pend_buf >= 0 && x->pend_len == 0) {
+        x->pend_buf = -1;       /* nothing written: give the stride back */
+        return 0;
+    }
+    return post_pending(x);
+}
+
+/* ---- receiving ------------------------------------------------------------------ */
+
+static intptr_t rdma_recv(struct xport *x, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    size_t done = 0;
+    while (done < len && x->inq_count) {
+        struct link_inq *q = &x->inq[x->inq_head];
+        size_t n = TBRT_MIN(len - done, (size_t)(q->len - q->off));
+        memcpy(p + done, x->recv_mem + (size_t)q->buf * x->stride + TBRT_STRIDE_HDR + q->off, n);
+        q->off += (uint32_t)n;
+        done += n;
+        x->inq_bytes -= n;
+        if (q->off == q->len) {
+            x->inq_head = (x->inq_head + 1) % x->nbuf;
+            x->inq_count--;
+            if (post_recv(x, q->buf))
+                return -x->err;
+            x->recv_posted++;
+        }
+    }
+    x->stats.bytes_recv += done;
+    return (intptr_t)done;
+}
+
+/* ---- waiting -------------------------------------------------------------------- */
+
+static int rdma_arm(struct xport *x)
+{
+    tbrt_cq_ack(x->cq);         /* drain the events that woke us */
+    int rc = tbrt_cq_arm(x->cq);
+    if (rc)
+        return xport_fail(x, -rc, "req_notify_cq: %s", tbrt_dev_why(x->dev));
+    /* a completion that arrived before arming raises no event: look again */
+    rc = rdma_progress(x);
+    return rc < 0 ? rc : rc > 0 ? 1 : 0;
+}
+
+static int rdma_fds(struct xport *x, int *fds, int max)
+{
+    int n = 0;
+    if (max > n)
+        fds[n++] = x->cq->fd;
+    if (max > n)
+        fds[n++] = x->fd;
+    return n;
+}
+
+static bool rdma_writable(struct xport *x)
+{
+    return x->pend_buf >= 0 || x->send_count < x->nbuf;
+}
+
+static size_t rdma_readable(struct xport *x) { return x->inq_bytes; }
+
+static bool rdma_idle(struct xport *x) { return x->send_count == 0; }
+
+static int rdma_inflight(struct xport *x) { return (int)x->send_count; }
+
+/* Destroy in the order hardware needs: the QP first (it can write into the
+ * rings until it is gone), then the regions, the rings, the CQ, the PD, the
+ * device. Never move the QP to ERR first: Apple's provider then fails every
+ * region unmap. */
+static void rdma_teardown(struct xport *x)
+{
+    if (x->qp) {
+        tbrt_qp_destroy(x->qp);
+        xport_log_teardown(x, "qp");
+        x->qp = NULL;
+    }
+    tbrt_mr *mrs[2] = {x->send_mr, x->recv_mr};
+    for (int i = 0; i < 2; i++)
+        if (mrs[i]) {
+            int rc = tbrt_mr_dereg(mrs[i]);
+            if (rc && !x->close_err) {
+                x->close_err = -rc;
+                snprintf(x->close_why, sizeof x->close_why, "dereg_mr: %s", tbrt_dev_why(x->dev));
+            }
+            xport_log_teardown(x, "mr");
+        }
+    x->send_mr = x->recv_mr = NULL;
+    uint8_t *mems[2] = {x->send_mem, x->recv_mem};
+    for (int i = 0; i < 2; i++)
+        if (mems[i]) {
+            munmap(mems[i], x->ring_bytes);
+            xport_log_teardown(x, "buf");
+        }
+    x->send_mem = x->recv_mem = NULL;
+    if (x->cq) {
+        tbrt_cq_destroy(x->cq);
+        xport_log_teardown(x, "cq");
+        x->cq = NULL;
+    }
+    if (x->pd) {
+        tbrt_pd_free(x->pd);
+        xport_log_teardown(x, "pd");
+        x->pd = NULL;
+    }
+    if (x->dev) {
+        tbrt_dev_close(x->dev);
+        xport_log_teardown(x, "dev");
+        x->dev = NULL;
+    }
+    free(x->inq);
+    x->inq = NULL;
+}
+
+const struct link_transport link_rdma = {
+    .name = "rdma",
+    .send = rdma_send,
+    .recv = rdma_recv,
+    .flush = rdma_flush,
+    .progress = rdma_progress,
+    .activate = rdma_activate,
+    .arm = rdma_arm,
+    .fds = rdma_fds,
+    .writable = rdma_writable,
+    .readable = rdma_readable,
+    .idle = rdma_idle,
+    .inflight = rdma_inflight,
+    .teardown = rdma_teardown,
+};

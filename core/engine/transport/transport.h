@@ -1,0 +1,113 @@
+/* transport.h - the transports of the engine: what carries a link's bytes.
+ *
+ *   rdma  (rdma.c)  stride rings over a device of the device interface
+ *   tcp   (tcp.c)   the plain byte stream of the bootstrap socket itself
+ *
+ * The engine (link.c) owns a transport: it fills struct xport (the socket,
+ * the options, for rdma the device chosen by select.c), calls the setup
+ * function and then the operations, and never the other way round. A
+ * transport includes nothing of the engine. It reports a failure by its
+ * return value (-errno) and by recording the message once, with xport_fail,
+ * in its own struct xport; the engine adopts that record as the link's error
+ * in one place (link_took in link.c). EAGAIN is not a failure. */
+#ifndef TBRT_TRANSPORT_H
+#define TBRT_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dev/dev.h"
+
+struct xport;
+
+struct link_transport {
+    const char *name;
+    intptr_t (*send)(struct xport *x, const void *buf, size_t len);
+    intptr_t (*recv)(struct xport *x, void *buf, size_t len);
+    int (*flush)(struct xport *x);
+    /* completions handled (>= 0) or -errno */
+    int (*progress)(struct xport *x);
+    int (*activate)(struct xport *x, const tbrt_caps *peer);
+    /* 1: something happened, do not sleep; 0: armed, sleep on fds */
+    int (*arm)(struct xport *x);
+    int (*fds)(struct xport *x, int *fds, int max);
+    bool (*writable)(struct xport *x);
+    size_t (*readable)(struct xport *x);
+    bool (*idle)(struct xport *x);          /* nothing of ours in flight */
+    int (*inflight)(struct xport *x);       /* sends in flight */
+    void (*teardown)(struct xport *x);
+};
+
+extern const struct link_transport link_rdma;
+extern const struct link_transport link_tcp;
+
+struct link_inq {
+    uint32_t buf;
+    uint32_t off;
+    uint32_t len;
+};
+
+/* A link's transport state. The engine sets the fields marked (engine)
+ * before setup; the transport owns the rest. */
+struct xport {
+    int link_id;                /* (engine) for "link N: probe: ..." messages */
+    int fd;                     /* (engine) the bootstrap socket */
+    const tbrt_link_opts *opts; /* (engine) the link's options */
+    tbrt_link_stats stats;
+    /* the first failure, recorded by xport_fail; the engine adopts it */
+    int err;
+    char why[TBRT_WHY_MAX];
+    bool peer_dead;             /* the bootstrap socket failed */
+    bool eof;                   /* tcp: the peer closed its end */
+    char teardown_log[128];     /* "qp,mr,mr,buf,buf,cq,pd,dev" */
+    int close_err;              /* a teardown step that failed */
+    char close_why[TBRT_WHY_MAX];
+    int inject;                 /* test hook: corrupt the next frame */
+    int flavor;                 /* (engine, select.c) TBRT_FLAVOR_*, 0 on tcp */
+
+    /* rdma: the device, port and GID facing the peer (engine, select.c) */
+    tbrt_dev *dev;
+    uint8_t port;
+    int gid_index;
+    uint8_t gid[16];
+    uint16_t lid;
+    enum ibv_mtu mtu;
+    /* rdma: resources and rings */
+    tbrt_pd *pd;
+    tbrt_cq *cq;
+    tbrt_qp *qp;
+    tbrt_mr *send_mr, *recv_mr;
+    uint8_t *send_mem, *recv_mem;
+    size_t ring_bytes;
+    uint32_t nbuf, stride, payload;
+    int framing, qp_type;
+    uint32_t psn;
+    tbrt_caps peer;
+    /* send ring: strides [send_head, send_head+send_count) are in flight */
+    uint32_t send_head, send_count;
+    int pend_buf;               /* stride being filled, -1 when none */
+    uint32_t pend_len;
+    uint32_t send_seq;
+    /* receive ring: completed strides waiting for the reader, in order */
+    struct link_inq *inq;
+    uint32_t inq_head, inq_count;
+    size_t inq_bytes;
+    uint32_t recv_seq;
+    uint32_t recv_posted;
+
+    /* tcp */
+    uint8_t *tcp_buf;
+    size_t tcp_len, tcp_cap;
+};
+
+/* Record the transport's first failure ("<op>: ..."); returns -err. */
+int xport_fail(struct xport *x, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Note a step of the teardown ("qp", "mr", ...). */
+void xport_log_teardown(struct xport *x, const char *what);
+
+/* Make the transport's resources; 0 or -errno with the reason in err. */
+int link_rdma_setup(struct xport *x, char *err, size_t errlen);
+int link_tcp_setup(struct xport *x, char *err, size_t errlen);
+
+#endif
