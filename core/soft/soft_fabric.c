@@ -2,7 +2,9 @@
  * (queue pair number -> owning process and context), this process's context
  * segment, and the peer contexts it maps to reach other queue pairs.
  *
- * The registry is a small file in /dev/shm, one per personality, so apple-uc
+ * The registry is a small file in this user's private directory
+ * (/dev/shm/tbrt-<uid>/, util/private_dir.c: 0700, files 0600, no links
+ * followed, owner checked), one per fabric name and personality, so apple-uc
  * and linux-rc queue pairs never meet (different fabrics, as on real hosts).
  * Allocation takes flock(), which the kernel drops when a process dies, so a
  * killed process can never wedge the fabric; its slots are reclaimed when the
@@ -23,6 +25,7 @@
 #include <unistd.h>
 
 #include "soft/soft.h"
+#include "util/private_dir.h"
 #include "util/util.h"
 
 struct soft_map {
@@ -63,13 +66,35 @@ static bool pid_dead(pid_t pid)
     return kill(pid, 0) != 0 && errno == ESRCH;
 }
 
+/* The fabric's name: soft devices meet only on the same fabric (default
+ * "default"; TBRT_SOFT_FABRIC gives a separate one, e.g. per test run). */
+static int fabric_name(struct soft_dev *sd, char *out, size_t len)
+{
+    const char *n = env_str("TBRT_SOFT_FABRIC", "default");
+    size_t k = strlen(n);
+    if (k == 0 || k > 32 || strspn(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                      "0123456789._-") != k || n[0] == '.')
+        return dev_fail(&sd->dev, EINVAL, "TBRT_SOFT_FABRIC \"%s\": a fabric name is 1..32 of "
+                        "A-Z a-z 0-9 . _ - (not starting with .)", n);
+    snprintf(out, len, "%s-%s", n, sd->p->name);
+    return 0;
+}
+
 static int fabric_map(struct soft_dev *sd)
 {
-    char path[128];
-    snprintf(path, sizeof path, "/dev/shm/tbrt-%u-soft-%s", (unsigned)getuid(), sd->p->name);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    char dir[256], name[96], path[384], why[TBRT_WHY_MAX];
+    int rc = fabric_name(sd, name, sizeof name);
+    if (rc)
+        return rc;
+    int dfd = private_dir_open(dir, sizeof dir, why, sizeof why);
+    if (dfd < 0)
+        return dev_fail(&sd->dev, -dfd, "fabric registry: %s", why);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    bool created;
+    int fd = private_file_open(dfd, dir, name, &created, why, sizeof why);
+    close(dfd);
     if (fd < 0)
-        return dev_fail(&sd->dev, errno, "open fabric %s: %s", path, strerror(errno));
+        return dev_fail(&sd->dev, -fd, "fabric registry: %s", why);
     if (flock(fd, LOCK_EX) != 0) {
         int e = errno;
         close(fd);
@@ -77,7 +102,6 @@ static int fabric_map(struct soft_dev *sd)
     }
     struct stat st;
     size_t size = sizeof(struct soft_fabric_hdr);
-    int rc = 0;
     if (fstat(fd, &st) != 0) {
         rc = dev_fail(&sd->dev, errno, "stat fabric %s: %s", path, strerror(errno));
         goto out;

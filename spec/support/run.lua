@@ -19,10 +19,30 @@ end
 for i = #arg, 1, -1 do arg[i] = nil end
 for i, a in ipairs(args) do arg[i] = a end
 
+-- Each run has a soft fabric of its own, so two runs (or a user's pair.lua)
+-- on the same host never meet, and runs leave no registry behind. Child
+-- processes inherit it. A run given TBRT_SOFT_FABRIC keeps that one.
+local ffi = require("ffi")
+ffi.cdef [[ int setenv(const char *, const char *, int); int getpid(void); ]]
+local own_fabric = not os.getenv("TBRT_SOFT_FABRIC")
+local fabric = "spec-" .. ffi.C.getpid()
+if own_fabric then ffi.C.setenv("TBRT_SOFT_FABRIC", fabric, 1) end
+local function remove_fabric()
+  if not own_fabric then return end
+  local dir = os.getenv("TBRT_SHM_DIR") or ("/dev/shm/tbrt-" .. (os.getenv("UID") or "0"))
+  local p = io.popen("id -u")
+  if p then
+    local uid = p:read("*l") ; p:close()
+    if not os.getenv("TBRT_SHM_DIR") and uid then dir = "/dev/shm/tbrt-" .. uid end
+  end
+  for _, pers in ipairs { "apple-uc", "linux-rc" } do os.remove(dir .. "/" .. fabric .. "-" .. pers) end
+end
+
 -- busted ends a run with failures by raising error() with no message when
 -- it was started from a file under Lua 5.1 (its "exit" does that so the
 -- caller can clean up); turn that into exit code 1, after the summary line.
 local ok, err = pcall(require("busted.runner"), { standalone = false })
+remove_fabric()
 if not ok then
   if err ~= nil then error(err, 0) end
   io.stdout:flush()
