@@ -51,7 +51,11 @@ local OPTS = {
   spin = "number", trace = "boolean", fallback = "boolean", exchange = "function",
   connect_timeout = "number",
 }
-local FRAMING = { auto = 0, fixed = 1, variable = 2 }
+-- tbrt's own framing ("tbrt" = "auto": fixed on Apple devices, variable on
+-- Linux), or llama.cpp's RDMA transports byte for byte (core/include/tbrt.h)
+local FRAMING = { auto = 0, tbrt = 0, fixed = 1, variable = 2, ["llama-apple"] = 3,
+  ["llama-linux"] = 4 }
+M.FRAMING = FRAMING
 local QP_TYPE = { RC = 2, UC = 3 }   -- enum ibv_qp_type
 
 local function valid_keys()
@@ -75,7 +79,8 @@ function M.check_opts(opts, level)
     end
   end
   if opts.framing and not FRAMING[opts.framing] then
-    error("link option framing must be auto, fixed or variable, got " .. opts.framing, level)
+    error("link option framing must be tbrt (auto), fixed, variable, llama-apple or " ..
+      "llama-linux, got " .. opts.framing, level)
   end
   if opts.qp_type and not QP_TYPE[opts.qp_type] then
     error("link option qp_type must be RC or UC, got " .. opts.qp_type, level)
@@ -345,11 +350,12 @@ function Link:stats()
     frames_sent = tonumber(s.frames_sent), frames_recv = tonumber(s.frames_recv),
     completions = tonumber(s.completions), spins = tonumber(s.spins),
     sleeps = tonumber(s.sleeps), eagain = tonumber(s.eagain),
+    inline_sends = tonumber(s.inline_sends),
   }
 end
 
 local STATES = { "probed", "activating", "ready", "broken", "closed" }
-local FRAMINGS = { [0] = "auto", "fixed", "variable" }
+local FRAMINGS = { [0] = "auto", "fixed", "variable", "llama-apple", "llama-linux" }
 local QPT = { [2] = "RC", [3] = "UC", [4] = "UD" }
 
 function Link:info()
