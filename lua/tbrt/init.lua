@@ -19,10 +19,11 @@ local task = require("tbrt.task")
 local sock = require("tbrt.sock")
 local link = require("tbrt.link")
 local caps = require("tbrt.caps")
+local ggml_rpc = require("tbrt.ggml_rpc")
 
 local C = core.C
 local M = {
-  task = task, sock = sock, link = link, caps = caps,
+  task = task, sock = sock, link = link, caps = caps, ggml_rpc = ggml_rpc,
   spawn = task.spawn, sleep = task.sleep, all = task.all, with_timeout = task.with_timeout,
   channel = task.channel, run = task.run, now = link.now,
   version = ffi.string(C.tbrt_version()),
