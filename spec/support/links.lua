@@ -41,13 +41,14 @@ function L.check(buf, n, seed)
   return nil
 end
 
--- Start `tbrt spec/support/peer.lua args...` (not waited for). Returns a
--- handle with :wait(timeout) -> { code, signal, stdout, stderr } and :kill(sig).
-function L.spawn_peer(args, env)
+-- Start `tbrt spec/support/peer.lua args...` (or another script of
+-- spec/support/) (not waited for). Returns a handle with :wait(timeout) ->
+-- { code, signal, stdout, stderr } and :kill(sig).
+function L.spawn_peer(args, env, script)
   local out, err = uv.new_pipe(false), uv.new_pipe(false)
   local bufs, ebufs = {}, {}
   local h = { done = false }
-  local full = { H.root .. "/spec/support/peer.lua" }
+  local full = { H.root .. "/spec/support/" .. (script or "peer.lua") }
   for _, a in ipairs(args) do full[#full + 1] = tostring(a) end
   local envl = {}
   for k, v in pairs(uv.os_environ()) do envl[#envl + 1] = k .. "=" .. v end
