@@ -8,6 +8,7 @@
 --   tbrt scripts/pair.lua --connect host:7000      the other end (measures, prints)
 --   options: --device soft|ibverbs|mlx5|tcp|auto  --personality apple-uc|linux-rc
 --            --sizes 1,4K,16M  --iters N  --json  --nbuf N --stride BYTES --timeout S
+--            --framing tbrt|fixed|variable|llama-apple|llama-linux
 local argparse = require("argparse")
 local cjson = require("cjson")
 local uv = require("luv")
@@ -23,6 +24,8 @@ parser:mutex(
 parser:option("--device", "Device: soft, soft0, ibverbs, mlx5, tcp, auto, or a device name.",
   "soft")
 parser:option("--personality", "Soft device personality (apple-uc, linux-rc).")
+parser:option("--framing", "Framing: tbrt (auto), fixed, variable, llama-apple, llama-linux.")
+  :choices({ "tbrt", "auto", "fixed", "variable", "llama-apple", "llama-linux" })
 parser:option("--sizes", "Message sizes, e.g. 1,4K,64K,16M.")
 parser:option("--iters", "Messages per size and test (default: by size)."):convert(tonumber)
 parser:option("--test", "What to measure: lat, bw or both.", "both"):choices({ "lat", "bw", "both" })
@@ -55,6 +58,7 @@ elseif opts.device == "soft" and not os.getenv("TBRT_SOFT_PERSONALITY") then
   opts.personality = "apple-uc"
 end
 if args.nbuf then opts.nbuf = args.nbuf end
+if args.framing then opts.framing = args.framing end
 if args.stride then opts.stride = args.stride end
 
 local function hostport(s, default_host)
@@ -142,6 +146,7 @@ else
     child_args[#child_args + 1] = opts.personality
   end
   if args.nbuf then child_args[#child_args + 1] = "--nbuf"; child_args[#child_args + 1] = tostring(args.nbuf) end
+  if args.framing then child_args[#child_args + 1] = "--framing"; child_args[#child_args + 1] = args.framing end
   if args.stride then child_args[#child_args + 1] = "--stride"; child_args[#child_args + 1] = tostring(args.stride) end
   local out = uv.new_pipe(false)
   local port, child_done, child_code
