@@ -129,3 +129,87 @@ describe("a llama.cpp-like Linux peer against tbrt framing", function()
     p:wait(10)
   end))
 end)
+
+-- Past the psn rule (a raw RC queue pair of this process stands in for the
+-- peer, its caps made to pass it), what is checked is the data itself.
+describe("a SEND in the other framing, past the setup checks (soft linux-rc)", function()
+  local bit = require("bit")
+  local ffi = require("ffi")
+  local caps = require("tbrt.caps")
+  local verbs = require("tbrt.verbs")
+  local V = require("verbs_helpers")
+
+  local function raw_peer(llama_psn)
+    local r = { dev = assert(verbs.open("soft0", { personality = "linux-rc" })) }
+    r.pd = assert(r.dev:pd())
+    r.cq = assert(r.dev:cq(64))
+    r.qp = assert(r.pd:qp { type = "RC", send_cq = r.cq, recv_cq = r.cq, send_wr = 16, recv_wr = 16 })
+    r.buf = ffi.new("uint8_t[4096]")
+    r.mr = assert(r.pd:reg(r.buf, 4096))
+    local own = bit.band(r.qp.num, 0xffffff)
+    r.psn = llama_psn and own or bit.bxor(own, 5)
+    r.caps = assert(caps.encode { flavor = "linux", qpn = r.qp.num, psn = r.psn, gid = V.LOOPBACK })
+    function r:connect(peer_caps)
+      local c = assert(caps.decode(peer_caps, "linux"))
+      assert(self.qp:modify { state = "INIT", port = 1, pkey_index = 0, access = verbs.ACCESS_ALL })
+      assert(self.qp:modify { state = "RTR", mtu = 1024, dest_qpn = c.qpn, rq_psn = c.psn,
+        dgid = c.gid, sgid_index = V.loopback_gid(self.dev, 1), ah_port = 1, min_rnr_timer = 1,
+        max_dest_rd_atomic = 1 })
+      assert(self.qp:modify { state = "RTS", sq_psn = self.psn, timeout = 14, retry_cnt = 7,
+        rnr_retry = 7, max_rd_atomic = 1 })
+    end
+    function r:send(bytes)
+      ffi.copy(self.buf, bytes, #bytes)
+      assert(self.qp:post_send { mr = self.mr, len = #bytes, wr_id = 1 })
+    end
+    function r:close()
+      self.qp:destroy() self.mr:dereg() self.cq:destroy() self.pd:free() self.dev:close()
+    end
+    return r
+  end
+
+  -- a link to the raw peer; its bootstrap socket's other end is returned
+  local function link_to(raw, framing, on_accept)
+    local srv = assert(tbrt.tcp_listen("127.0.0.1", 0))
+    local t = task.spawn(function()
+      local s = assert(srv:accept(5))
+      if on_accept then on_accept(s) end
+      return s
+    end)
+    local mine
+    local l, err = tbrt.connect("127.0.0.1", srv.port, opts("linux-rc", framing, {
+      exchange = function(_, my_caps) mine = my_caps return raw.caps end }))
+    local s = assert(t:join(5))
+    srv:close()
+    assert(l, err)
+    raw:connect(mine)
+    return l, s
+  end
+
+  it("llama-linux names tbrt on a SEND that starts with a TBRT header, and tells the peer",
+    L.async(function()
+      local raw = raw_peer(true)
+      local l, s = link_to(raw, "llama-linux")
+      local magic, len, seq = 0x54524254, 5, 1
+      local hdr = ffi.new("uint32_t[4]", magic, len, seq, bit.bnot(bit.bxor(magic, len, seq)))
+      raw:send(ffi.string(hdr, 16) .. "hello")
+      local data, err = l:recv(5, 5)
+      assert.is_nil(data)
+      assert.matches("^EPROTO: link %d+: recv: a SEND that starts with tbrt's TBRT header: " ..
+        speaks("tbrt") .. " %(this link speaks llama%-linux framing%)$", err)
+      assert.equal("L", s:recv(1, 5), "the notice byte names llama-linux")
+      l:close() s:close() raw:close()
+    end))
+
+  it("tbrt points at llama-linux when a frame has no TBRT header", L.async(function()
+    local raw = raw_peer(false)
+    local l, s = link_to(raw, "tbrt", function(sock) sock:send("\42") end)
+    raw:send("\10")                 -- a ggml-rpc command byte, as llama.cpp's Linux end sends it
+    local data, err = l:recv(1, 5)
+    assert.is_nil(data)
+    assert.matches("^EPROTO: link %d+: recv: frame magic 0x%x+ != TBRT %(stream desynced; or a " ..
+      "peer in llama%-linux framing, which sends no header: open the link with framing = " ..
+      "'llama%-linux' if so%)", err)
+    l:close() s:close() raw:close()
+  end))
+end)
