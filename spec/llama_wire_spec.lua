@@ -129,3 +129,40 @@ describe("llama framings between two tbrt links", function()
     end))
   end
 end)
+
+-- The ibverbs device over the test shim (libibverbs on top of soft devices,
+-- spec/support/ibverbs_shim), Linux-like and Apple-like, two processes.
+describe("llama framings over the ibverbs device (test shim)", function()
+  local H = require("helpers")
+  local task = require("tbrt.task")
+  local CHILD = H.root .. "/spec/support/ibverbs_shim/child.lua"
+  for _, c in ipairs {
+    { lib = "libibverbs-soft.so.1", framing = "llama-linux", qp = "RC" },
+    { lib = "librdma-soft.so", framing = "llama-apple", qp = "UC" },
+  } do
+    it("runs a " .. c.framing .. " link between two processes over " .. c.lib, function()
+      local dir = H.tmpdir()
+      local env = { TBRT_IBVERBS_LIB = H.build .. "/test/" .. c.lib, TBRT_SHIM_FRAMING = c.framing,
+        TBRT_SHIM_DEVICES = false, TBRT_SHIM_PERSONALITY = false, TBRT_DEVICE = false }
+      local function child(role)
+        local r = H.run_tbrt({ CHILD, role, dir .. "/port" }, { env = env, timeout = 30 })
+        assert(r.code == 0 and not r.timed_out, H.describe(r))
+        local json = r.stdout:match("RESULT (%b{})")
+        assert(json, H.describe(r))
+        return cjson.decode(json)
+      end
+      local server, client
+      task.run(function()
+        local ts = task.spawn(child, "serve")
+        local tc = task.spawn(child, "connect")
+        server, client = ts:join(40), tc:join(40)
+      end)
+      H.rmtree(dir)
+      for _, res in ipairs { server, client } do
+        assert.equal("ok", res.received)
+        assert.same({ "ibverbs", c.framing, c.qp }, { res.info.kind, res.info.framing,
+          res.info.qp_type })
+      end
+    end)
+  end
+end)
