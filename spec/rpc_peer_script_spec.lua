@@ -3,7 +3,7 @@
 -- scripted command sequence) against each other in both llama framings,
 -- the client against the llama.cpp-like server of spec/support, a --script
 -- file, and the options it must refuse (--faults where the devices have no
--- fault injection yet).
+-- fault injection yet); and pair.lua --framing.
 local cjson = require("cjson")
 local H = require("helpers")
 local L = require("links")
@@ -78,5 +78,16 @@ describe("scripts/rpc_peer.lua", function()
     r = client({ "--connect", "127.0.0.1:1", "--framing", "udp" })
     assert.equal(1, r.code)
     assert.matches("--framing must be tbrt, llama-apple or llama-linux, got udp", r.stderr, 1, true)
+  end)
+end)
+
+describe("scripts/pair.lua --framing", function()
+  it("runs both ends in a llama framing", function()
+    local r = H.run(H.tbrt, { H.root .. "/scripts/pair.lua", "--framing", "llama-linux",
+      "--personality", "linux-rc", "--sizes", "1,300K", "--iters", "5" }, { timeout = 60 })
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("link: soft0 linux%-rc port 1 .*llama%-linux framing, RC, 24 x 262144 B strides",
+      r.stdout)
+    assert.matches("\n%s+300 KiB%s+20%s", r.stdout)
   end)
 end)
