@@ -22,12 +22,25 @@
 
 #include "engine/transport/framing.h"
 #include "engine/transport/transport.h"
+#include "util/debug.h"
 #include "util/util.h"
 
 #define RECV_TAG (1ull << 20)   /* wr_id bit of receive completions */
 #define WC_BATCH 32
 
 static const char *wc_status_text(int st) { return dev_wc_status_name(st); }
+
+/* TBRT_DEBUG=3: one line per frame, with the time since the link was made
+ * and since the previous frame the same way. */
+static void dbg_frame(struct xport *x, const char *what, uint32_t stride, uint32_t seq,
+                      uint32_t len, uint32_t wire, double *last)
+{
+    double t = now_s();
+    dbg_line(x->link_id, "%s: stride %u seq %u, %u payload bytes, %u on the wire "
+             "(t=%.6f s, +%.1f us)", what, stride, seq, len, wire, t - x->t0,
+             *last > 0 ? (t - *last) * 1e6 : 0.0);
+    *last = t;
+}
 
 /* ---- setup ------------------------------------------------------------------ */
 
@@ -212,6 +225,8 @@ static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
     if (seq != x->recv_seq)
         return xport_fail(x, EPROTO, "recv: frame seq %u != expected %u (a frame was %s on the "
                          "wire)", seq, x->recv_seq, seq > x->recv_seq ? "dropped" : "repeated");
+    if (DBG_ON(DBG_FRAME))
+        dbg_frame(x, "frame in", buf, seq, len, wc->byte_len, &x->dbg_last_in);
     x->recv_seq++;
     x->recv_posted--;
     x->stats.frames_recv++;
@@ -253,6 +268,9 @@ static int rdma_progress(struct xport *x)
             if (!x->send_count || buf != x->send_head)
                 return xport_fail(x, EPROTO, "send completion for stride %u, expected %u", buf,
                                  x->send_head);
+            if (DBG_ON(DBG_FRAME))
+                dbg_line(x->link_id, "frame sent: stride %u completed, %u still in flight "
+                         "(t=%.6f s)", buf, x->send_count - 1, now_s() - x->t0);
             x->send_head = (x->send_head + 1) % x->nbuf;
             x->send_count--;
         }
@@ -288,6 +306,8 @@ static int post_pending(struct xport *x)
     if (rc)
         return xport_fail(x, -rc, "post_send stride %u (%u bytes): %s", i, bytes,
                          tbrt_dev_why(x->dev));
+    if (DBG_ON(DBG_FRAME))
+        dbg_frame(x, "frame out", i, seq, len, bytes, &x->dbg_last_out);
     x->send_count++;
     x->stats.frames_sent++;
     x->pend_buf = -1;
