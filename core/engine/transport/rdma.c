@@ -254,7 +254,11 @@ static int rdma_progress(struct xport *x)
     for (int i = 0; i < n; i++) {
         bool is_recv = wc[i].wr_id & RECV_TAG;
         if (wc[i].status != IBV_WC_SUCCESS) {
+            /* the vendor's text, else what the device said while polling
+             * (a completion it could not believe, say) */
             const char *v = tbrt_dev_vendor_err(x->dev, wc[i].vendor_err);
+            if (!v[0] && wc[i].vendor_err == 0)
+                v = tbrt_dev_why(x->dev);
             return xport_fail(x, wc[i].status == IBV_WC_RETRY_EXC_ERR ? ECONNRESET : EIO,
                              "%s completion: %s%s%s", is_recv ? "recv" : "send",
                              wc_status_text(wc[i].status), v[0] ? ": " : "", v);
@@ -417,43 +421,52 @@ static bool rdma_idle(struct xport *x) { return x->send_count == 0; }
 
 static int rdma_inflight(struct xport *x) { return (int)x->send_count; }
 
+/* A teardown step's result: the first failure is kept for close to report,
+ * and the step shows as "qp(failed)" in the log. */
+static bool step(struct xport *x, int rc, const char *what)
+{
+    if (rc && !x->close_err) {
+        x->close_err = -rc;
+        /* the device's message names the operation and the object */
+        snprintf(x->close_why, sizeof x->close_why, "%s", tbrt_dev_why(x->dev));
+    }
+    char name[16];
+    snprintf(name, sizeof name, "%.4s%s", what, rc ? "(failed)" : "");
+    xport_log_teardown(x, rc ? name : what);
+    return rc == 0;
+}
+
 /* Destroy in the order hardware needs: the QP first (it can write into the
  * rings until it is gone), then the regions, the rings, the CQ, the PD, the
  * device. Never move the QP to ERR first: Apple's provider then fails every
- * region unmap. */
+ * region unmap. A destroy that fails is reported (close_err) and the rest
+ * goes on: closing the device destroys what is left (each device owns its
+ * objects). A QP that is not gone may still write into the receive ring,
+ * so then the rings are released only after the device. */
 static void rdma_teardown(struct xport *x)
 {
+    bool qp_gone = true;
     if (x->qp) {
-        tbrt_qp_destroy(x->qp);
-        xport_log_teardown(x, "qp");
+        qp_gone = step(x, tbrt_qp_destroy(x->qp), "qp");
         x->qp = NULL;
     }
-    tbrt_mr *mrs[2] = {x->send_mr, x->recv_mr};
-    for (int i = 0; i < 2; i++)
-        if (mrs[i]) {
-            int rc = tbrt_mr_dereg(mrs[i]);
-            if (rc && !x->close_err) {
-                x->close_err = -rc;
-                snprintf(x->close_why, sizeof x->close_why, "dereg_mr: %s", tbrt_dev_why(x->dev));
-            }
-            xport_log_teardown(x, "mr");
-        }
+    if (x->send_mr)
+        step(x, tbrt_mr_dereg(x->send_mr), "mr");
+    if (x->recv_mr)
+        step(x, tbrt_mr_dereg(x->recv_mr), "mr");
     x->send_mr = x->recv_mr = NULL;
     uint8_t *mems[2] = {x->send_mem, x->recv_mem};
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2 && qp_gone; i++)
         if (mems[i]) {
             munmap(mems[i], x->ring_bytes);
             xport_log_teardown(x, "buf");
         }
-    x->send_mem = x->recv_mem = NULL;
     if (x->cq) {
-        tbrt_cq_destroy(x->cq);
-        xport_log_teardown(x, "cq");
+        step(x, tbrt_cq_destroy(x->cq), "cq");
         x->cq = NULL;
     }
     if (x->pd) {
-        tbrt_pd_free(x->pd);
-        xport_log_teardown(x, "pd");
+        step(x, tbrt_pd_free(x->pd), "pd");
         x->pd = NULL;
     }
     if (x->dev) {
@@ -461,6 +474,12 @@ static void rdma_teardown(struct xport *x)
         xport_log_teardown(x, "dev");
         x->dev = NULL;
     }
+    for (int i = 0; i < 2 && !qp_gone; i++)
+        if (mems[i]) {
+            munmap(mems[i], x->ring_bytes);
+            xport_log_teardown(x, "buf");
+        }
+    x->send_mem = x->recv_mem = NULL;
     free(x->inq);
     x->inq = NULL;
 }
