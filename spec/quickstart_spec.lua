@@ -32,8 +32,9 @@ local function readme_example()
   return table.concat(out, "\n") .. "\n"
 end
 
-local asan = os.getenv("TBRT_ASAN")
-local describe_c = asan and pending or describe
+-- (under the sanitizer build these are not registered at all: the normal
+-- build's run covers them, and a skip would count as a hardware skip)
+local describe_c = os.getenv("TBRT_ASAN") and function() end or describe
 
 describe_c("the C quick start", function()
   local dir, hello, env
