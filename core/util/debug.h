@@ -26,7 +26,8 @@ enum {
     DBG_MAX = 3,
 };
 
-extern atomic_int dbg_level;
+/* hidden: the library's own, read without a GOT load on the hot paths */
+extern atomic_int dbg_level __attribute__((visibility("hidden")));
 
 #define DBG_ON(level) \
     TBRT_UNLIKELY(atomic_load_explicit(&dbg_level, memory_order_relaxed) >= (level))
