@@ -68,7 +68,7 @@ local OPTS = {
   gid_index = "number", port = "number", nbuf = "number", stride = "number",
   framing = "string", qp_type = "string", timeout = "number", liveness = "number",
   spin = "number", trace = "boolean", fallback = "boolean", exchange = "function",
-  connect_timeout = "number",
+  connect_timeout = "number", stall = "number",
 }
 -- tbrt's own framing ("tbrt" = "auto": fixed on Apple devices, variable on
 -- Linux), or llama.cpp's RDMA transports byte for byte (core/include/tbrt.h)
@@ -123,6 +123,7 @@ local function c_opts(opts)
   if opts.timeout then o.timeout = opts.timeout end
   if opts.liveness then o.liveness = opts.liveness end
   if opts.spin then o.spin = opts.spin end
+  if opts.stall then o.stall = opts.stall end
   if opts.trace then o.trace = 1 end
   return o
 end
@@ -401,7 +402,7 @@ function Link:info()
     kind = ffi.string(i.kind), personality = ffi.string(i.personality),
     framing = FRAMINGS[i.framing], qp_type = QPT[i.qp_type], port = i.port,
     gid_index = i.gid_index, qpn = i.qpn, peer_qpn = i.peer_qpn, nbuf = i.nbuf,
-    stride = i.stride, why_device = ffi.string(i.why_device),
+    stride = i.stride, why_device = ffi.string(i.why_device), fallback = ffi.string(i.fallback),
   }
 end
 
