@@ -101,4 +101,24 @@ describe("a wait that times out", function()
     assert.equal("ready", a:info().state)
     a:close() ; b:close()
   end))
+
+  it("from Lua says the same: recv, send, readiness and a caps exchange that got nothing", L.async(function()
+    local a, b = L.pair({ device = "soft" })
+    local ok, err = a:recv(5, 0.2)
+    assert.is_nil(ok)
+    assert.matches("^ETIMEDOUT: link %d+: recv: 0 of 5 bytes arrived within 0%.2 s %(the call's " ..
+      "timeout%); the peer is alive", err)
+    a:close() ; b:close()
+    -- a listener that accepts the TCP connection but never answers the caps
+    local srv = assert(tbrt.tcp_listen("127.0.0.1", 0))
+    local held
+    local t = task.spawn(function() held = srv:accept(5) end)
+    local l, cerr = tbrt.connect("127.0.0.1", srv.port, { device = "soft", timeout = 0.3 })
+    assert.is_nil(l)
+    assert.matches("^ETIMEDOUT: caps exchange: 0 of 24 bytes from the peer within 0%.3 s: is the " ..
+      "other end accepting %(tbrt%.listen %+ accept", cerr)
+    t:join(5)
+    if held then held:close() end
+    srv:close()
+  end))
 end)

@@ -203,8 +203,8 @@ function Link:activate(peer_caps, timeout)
     if rc ~= EAGAIN then return nil, self:_err(rc) end
     local left = deadline - now()
     if left <= 0 then
-      return nil, string.format("ETIMEDOUT: link %d: readiness: no byte from the peer within %g s",
-        self.id, timeout)
+      return nil, string.format("ETIMEDOUT: link %d: readiness: no byte from the peer within %g s: " ..
+        "is the other end activating its side (activate after the caps exchange)?", self.id, timeout)
     end
     task.poll(sockfd, "r", left)
   end
@@ -285,8 +285,7 @@ function Link:send(data, len, timeout)
       local ok, why = self:_wait(WAIT_SEND, deadline, self.tcp and "w" or "r")
       if not ok then
         if why == "closed" then return nil, self:_closed_while("send"), done end
-        return nil, string.format("ETIMEDOUT: link %d: send: %d of %d bytes accepted within " ..
-          "%g s (the peer is not reading)", self.id, done, n, timeout or self.timeout), done
+        return nil, self:_err(C.tbrt_link_timed_out(l, WAIT_SEND, done, n, timeout or self.timeout)), done
       end
     else
       return nil, self:_err(r), done
@@ -331,8 +330,7 @@ function Link:recv_into(buf, n, timeout, some)
       local ok, why = self:_wait(WAIT_RECV, deadline, "r")
       if not ok then
         if why == "closed" then return nil, self:_closed_while("recv"), got end
-        return nil, string.format("ETIMEDOUT: link %d: recv: %d of %d bytes arrived within %g s " ..
-          "(peer alive but silent)", self.id, got, n, timeout or self.timeout), got
+        return nil, self:_err(C.tbrt_link_timed_out(l, WAIT_RECV, got, n, timeout or self.timeout)), got
       end
     elseif r == 0 then
       if some and got > 0 then return got end
