@@ -16,7 +16,8 @@ local argparse = require("argparse")
 
 local M = {}
 
-M.USAGE = "usage: tbrt [options] [script [args...]]\n       tbrt devices [-v]"
+M.USAGE = "usage: tbrt [options] [script [args...]]\n       tbrt devices [-v]\n" ..
+  "       tbrt matrix FILE.lua [--out DIR] [--resume] [--only FILTER] [--dry-run]"
 
 local DESCRIPTION = "Lua-scriptable RDMA transport runtime. Runs a script as a task on " ..
   "one libuv loop, or an interactive REPL on it."
@@ -65,6 +66,7 @@ local function build()
     :usage("usage: tbrt devices [-v]"):add_help(false)
   d:flag("-v --verbose", "open each usable device and list its ports, their states and GIDs")
   d:flag("-h --help", "print this help and exit")
+  p:command("matrix", "run a multi-host test matrix (tbrt matrix --help)")
   return p, d
 end
 
@@ -120,6 +122,9 @@ end
 function M.parse(argv)
   local n = argv.n or #argv
   local p = build()
+  if argv[1] == "matrix" then     -- the rest is tbrt.matrix's to parse
+    return { argv = argv, command = "matrix", pre = {}, script_index = 1, args = { unpack(argv, 2, n) } }
+  end
   if argv[1] == "devices" then
     local ok, r = p:pparse({ unpack(argv, 1, n) })
     if not ok then return nil, r end

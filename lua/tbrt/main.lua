@@ -10,6 +10,7 @@
 --   tbrt                          the REPL on a terminal; otherwise stdin
 --                                 is run a chunk at a time (tbrt.repl)
 --   tbrt devices [-v]             list the devices (tbrt.cli)
+--   tbrt matrix FILE.lua ...      a multi-host test matrix (tbrt.matrix)
 --   tbrt -v | -h                  version | usage
 --
 -- The command line is parsed by tbrt.cli (lua-argparse); options stop at
@@ -121,7 +122,7 @@ local function main_body(plan)
         f()
       end
     end
-    local main_chunk = load_script(plan)
+    local main_chunk = plan.chunk or load_script(plan)
     if main_chunk then
       local argv, at = plan.argv, plan.script_index
       main_chunk(unpack(argv, at + 1, argv.n or #argv))
@@ -202,6 +203,16 @@ modes.stdin = modes.script
 -- No script and no -e: the REPL (or stdin a chunk at a time).
 function modes.repl(plan)
   plan.interactive = true
+  return modes.script(plan)
+end
+
+-- tbrt matrix ...: tbrt.matrix's command, run as the main task; the loop
+-- stops when it returns (helpers it started may still hold handles).
+function modes.matrix(plan)
+  plan.chunk = function()
+    plan.exit_code = require("tbrt.matrix").main(plan.args)
+    uv.stop()
+  end
   return modes.script(plan)
 end
 
