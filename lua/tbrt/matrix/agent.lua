@@ -204,7 +204,9 @@ function Agent:_run_step(m)
   local timeout = m.timeout
   local st = { id = m.step, nth = {}, links = {}, claims = {} }
   local kind = m.kind
-  local ok, res = pcall(task.with_timeout, timeout, function()
+  -- the body's errors come back as values: with_timeout would turn a
+  -- raised table into text
+  local function body()
     if kind == "pair" then
       local peer = assert(peer_of(m, m.peer))
       local opts = step.link_opts(m.opts, m.faults, timeout)
@@ -229,7 +231,14 @@ function Agent:_run_step(m)
       return { result = r }
     end
     error({ step = "step", message = "unknown step kind " .. tostring(kind) }, 0)
+  end
+  local ok, res = pcall(task.with_timeout, timeout, function()
+    local bok, r = pcall(body)
+    if bok then return { value = r } end
+    return { failure = r }
   end)
+  if ok and res and res.failure ~= nil then ok, res = false, res.failure
+  elseif ok and res then res = res.value end
   -- whatever the step left open goes now (a timeout cancels it mid-way)
   task.sleep(0)
   for _, l in ipairs(st.links) do pcall(l.close, l, 0.2) end

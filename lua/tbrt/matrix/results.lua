@@ -142,6 +142,14 @@ function M.scenario_record(run, cell, rank, who, reply, err)
     rec.ok, rec.error, rec.step = false, err.text, err.step
   else
     rec.ok, rec.result = true, reply and reply.result
+    -- a scenario that returns a perf row gets the figures a pair gets
+    local row = rec.result
+    if type(row) == "table" then
+      rec.latency_us, rec.bw_gbps = M.latency(row), M.bandwidth(row)
+      if rec.latency_us or rec.bw_gbps then
+        rec.msg_rate = M.msg_rate(row, row, rec.bw_gbps, cell.size)
+      end
+    end
   end
   return rec
 end

@@ -38,7 +38,7 @@ local file = require("tbrt.matrix.file")
 local M = {}
 
 local GRACE = 10          -- seconds the driver waits past a step's own bound
-local RELAUNCH_S = 20     -- bound on an agent started again checking in
+local RELAUNCH_MIN_S = 5  -- the least time an agent started again has to check in
 
 local function now() uv.update_time() return uv.hrtime() / 1e9 end
 
@@ -262,15 +262,15 @@ function Run:check_hosts()
         self:host_event(rank, "died", why)
         local ok, err = self.group:relaunch(rank)
         if ok then
-          ok, err = self.coord:await(math.min(self.spec.launch_timeout, RELAUNCH_S), { rank },
-            function() return self.group:exited(rank) end)
+          -- a host that is really gone should not cost long: twice the
+          -- liveness bound, at least RELAUNCH_MIN_S
+          local bound = math.min(self.spec.launch_timeout, math.max(RELAUNCH_MIN_S, 2 * self.spec.liveness))
+          ok, err = self.coord:await(bound, { rank }, function() return self.group:exited(rank) end)
         end
         if ok then
           self:host_event(rank, "relaunched", "its agent was started again and checked in")
         else
-          local how = self.group:exited(rank)
-          self.vanished[rank] = string.format("%s; starting it again failed: %s%s", why, tostring(err),
-            how and ("; " .. how) or "")
+          self.vanished[rank] = string.format("%s; starting it again failed: %s", why, tostring(err))
           self:host_event(rank, "vanished", self.vanished[rank])
         end
       end

@@ -129,7 +129,7 @@ function M.render(list, opts)
     for i, r in ipairs(failures) do
       if i > 50 then say("  ... and %d more (results.jsonl has them all)", #failures - 50) break end
       local who = r.pair and string.format("pair %d-%d", r.pair[1], r.pair[2]) or
-        (r.rank and ("rank " .. r.rank) or "")
+        (r.rank and ("rank " .. r.rank) or "all ranks")
       say("  %s %s: %s", r.cell, who, r.skipped and ("skipped: " .. r.skipped) or tostring(r.error))
     end
   end

@@ -63,6 +63,12 @@ function M.reap_stale()
     pid = tonumber(pid)
     if pid ~= uv.os_getpid() and not dead[pid] and uv.kill(pid, 0) ~= 0 then dead[pid] = true end
   end
+  local links = proc.run({ "ip", "-o", "link", "show" }, { timeout = 10 })
+  for name, pid in ((links and links.stdout) or ""):gmatch("%d+: (tbm(%d+)v%d+)[@:]") do
+    pid = tonumber(pid)
+    if pid ~= uv.os_getpid() and uv.kill(pid, 0) ~= 0 then dead[pid] = true end
+    if dead[pid] then proc.run({ "ip", "link", "del", name }, { timeout = 10 }) end
+  end
   for pid in pairs(dead) do
     local r2 = proc.run({ "ip", "netns", "list" }, { timeout = 10 })
     for ns in ((r2 and r2.stdout) or ""):gmatch("(tbrtm" .. pid .. "h%d+)") do
@@ -120,12 +126,25 @@ function M.network(count, opts)
     ok, err = ip_batch({ "link set lo up", string.format("addr add %s/24 dev %s", self.addrs[i], n.inner[i]),
       string.format("link set %s up", n.inner[i]) }, n.ns[i], "netns hosts: addresses in " .. n.ns[i])
     if not ok then self:remove() return nil, err end
+    -- a socket orphaned on a host whose cable was pulled retries its FIN
+    -- for minutes and keeps the namespace alive that long; let it give up
+    -- after one retry (per-namespace sysctl; best effort)
+    proc.run({ "ip", "netns", "exec", n.ns[i], "sysctl", "-q", "-w", "net.ipv4.tcp_orphan_retries=1" },
+      { timeout = 10 })
   end
   return self
 end
 
--- Remove the namespaces and the bridge (the veths go with the namespaces).
+-- Remove the veths, the namespaces and the bridge. The veths go first and
+-- by name (a veth pair goes with either end): a namespace whose name is
+-- gone may live on unseen while a socket in it lingers, and must not keep
+-- an interface in ours.
 function Net:remove()
+  if #self.made > 0 then
+    local lines = {}
+    for i = 1, #self.made do lines[#lines + 1] = "link del " .. self.n.veth[i] end
+    proc.run({ "ip", "-force", "-batch", "-" }, { stdin = table.concat(lines, "\n") .. "\n", timeout = 20 })
+  end
   for i = #self.made, 1, -1 do
     proc.run({ "ip", "netns", "del", self.made[i] }, { timeout = 10 })
     self.made[i] = nil
@@ -138,6 +157,7 @@ end
 
 -- The same, from a path that cannot wait on the loop.
 function Net:remove_now()
+  for i = 1, #self.made do os.execute("ip link del " .. self.n.veth[i] .. " 2>/dev/null") end
   for i = #self.made, 1, -1 do
     os.execute("ip netns del " .. self.made[i] .. " 2>/dev/null")
     self.made[i] = nil
