@@ -60,7 +60,8 @@ function E.run_matrix(text, args, opts)
   if text then H.write_file(path, text) end
   local argv = { "matrix", path, "--out", dir .. "/out" }
   for _, a in ipairs(args or {}) do argv[#argv + 1] = a end
-  local r = H.run_tbrt(argv, { timeout = opts.timeout or 90, env = opts.env })
+  local r = H.run_tbrt(argv, { timeout = opts.timeout or 90, env = opts.env, signal = opts.signal,
+    signal_when = opts.signal_when, signal_after = opts.signal_after })
   return r, dir .. "/out", path, dir
 end
 
@@ -113,6 +114,16 @@ function E.svg_ok(path)
   return true
 end
 
+-- Run start() in a task; if it raises, stop what it started and raise.
+function E.guarded(obj, start)
+  local ok, a, b = pcall(task.run, start)
+  if not ok then
+    pcall(obj.stop, obj)
+    error(a, 0)
+  end
+  return a, b
+end
+
 local function free_port()
   local t = uv.new_tcp()
   t:bind("127.0.0.1", 0)
@@ -133,9 +144,10 @@ Sshd.__index = Sshd
 function E.sshd(count)
   if not proc.which("/usr/sbin/sshd") then return nil, "openssh-server is not installed (/usr/sbin/sshd)" end
   if not proc.which("ssh-keygen") then return nil, "ssh-keygen (openssh-client) is not installed" end
-  return task.run(function()
+  local self = setmetatable({ dir = H.tmpdir(), daemons = {} }, Sshd)
+  -- whatever fails half-way, what was started is stopped
+  return E.guarded(self, function()
     local netns = require("tbrt.matrix.hosts.netns")
-    local self = setmetatable({ dir = H.tmpdir(), daemons = {} }, Sshd)
     local net, err = netns.network(count, { tag = "s" })
     if not net then H.rmtree(self.dir) return nil, err end
     self.net = net
@@ -197,7 +209,7 @@ function Sshd:stop()
     for _, p in pairs(self.daemons) do p:stop(2) end
     if self.net then self.net:remove() end
   end)
-  H.rmtree(self.dir)
+  if self.dir then H.rmtree(self.dir) self.dir = nil end
 end
 
 ---------------------------------------------------------------------------
@@ -213,9 +225,9 @@ function E.slurm(cpus)
       return nil, exe .. " is not installed (slurmctld slurmd slurm-client munge)"
     end
   end
-  return task.run(function()
-    local d = H.tmpdir()
-    local self = setmetatable({ dir = d, daemons = {} }, Slurm)
+  local d = H.tmpdir()
+  local self = setmetatable({ dir = d, daemons = {} }, Slurm)
+  return E.guarded(self, function()
     for _, sub in ipairs { "munge", "state", "spool" } do uv.fs_mkdir(d .. "/" .. sub, tonumber("700", 8)) end
     -- munged checks that no one else can write where its socket lives
     uv.fs_chmod(d, tonumber("755", 8))
@@ -279,7 +291,7 @@ function Slurm:stop()
   task.run(function()
     for i = #self.daemons, 1, -1 do self.daemons[i]:stop(3) end
   end)
-  H.rmtree(self.dir)
+  if self.dir then H.rmtree(self.dir) self.dir = nil end
 end
 
 return E

@@ -332,6 +332,13 @@ function Run:execute()
     print(string.format("matrix: resuming in %s: %d of %d cells done, %d to run", self.dir,
       #list - #todo, #list, #todo))
   end
+  if #todo == 0 then
+    -- nothing left to run: no hosts to make, only the files to redraw
+    local made, perr = self:finish_files(#list)
+    print(string.format("matrix: nothing to run; results in %s: results.jsonl, results.csv, summary.txt, %s",
+      self.dir, made and (#made .. " plots in plots/") or ("no plots: " .. tostring(perr))))
+    return 0
+  end
   for _, k in ipairs(file.unknown_link_options(spec)) do
     print(string.format("matrix: warning: %s is not a link option of this tbrt: cells with it will " ..
       "fail here with the link's reason", k))
