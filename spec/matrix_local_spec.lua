@@ -145,6 +145,34 @@ return {
     H.rmtree(dir)
   end)
 
+  it("bounds a cell by its timeout, records where it stopped and goes on", function()
+    local text = [[return {
+  hosts = { ["local"] = 2 },
+  patterns = { { name = "stuck", scenario = function(ctx)
+    if ctx.cell.size == 64 and ctx.rank == 1 then require("tbrt.task").sleep(60) end
+    return { rank = ctx.rank }
+  end } },
+  axes = { device = { "tcp" }, size = { 64, 128 } },
+  timeout = 2,
+}]]
+    local t0 = H.now()
+    local r, out = E.run_matrix(text, {}, { timeout = 60 })
+    assert.equal(3, r.code, H.describe(r))
+    assert.is_true(H.now() - t0 < 20, "the stuck cell was not cut at its timeout")
+    local status = {}
+    for _, c in ipairs(E.of_kind(E.results(out), "cell")) do status[c.params.size] = c.status end
+    assert.same({ [64] = "failed", [128] = "ok" }, status)
+    for _, m in ipairs(E.of_kind(E.results(out), "measurement")) do
+      if m.params.size == 64 and m.rank == 1 then
+        assert.equal("timeout", m.step)
+        assert.matches("^rank 1 %(.-%) timeout: ETIMEDOUT: the step did not finish within 2 s %(what was left of the cell's timeout%)",
+          m.error)
+      else
+        assert.is_true(m.ok, m.error)
+      end
+    end
+  end)
+
   it("draws a bar on a terminal; --resume runs only what is missing", L.async(function()
     local dir = H.tmpdir()
     local path = H.write_file(dir .. "/m.lua", [[return { hosts = { ["local"] = 2 }, patterns = { "pairwise" },

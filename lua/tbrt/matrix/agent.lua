@@ -249,7 +249,8 @@ function Agent:_run_step(m)
     reply.result = res
   else
     reply.ok = false
-    local e = ok and "ETIMEDOUT: step did not finish within " .. timeout .. " s" or res
+    local e = ok and string.format("ETIMEDOUT: the step did not finish within %.3g s (what was left of " ..
+      "the cell's timeout)", timeout) or res
     if type(e) == "table" then
       reply.where, reply.error = e.step, e.message
     else
@@ -315,10 +316,17 @@ function M.run(args)
     self.spec = spec
   end
   task.spawn(function() self:_accept_loop() end)
+  -- the coordinator pings every liveness/3 s: a much longer silence means
+  -- it is gone (its host vanished), and so should this agent be
+  local idle = math.max(30, 4 * (type(w.liveness) == "number" and w.liveness or 15))
   while true do
-    local m, rerr = self.conn:recv(nil, 30)
+    local m, rerr = self.conn:recv(idle, 30)
     if not m then
-      if not tostring(rerr):match("^EOF") then log(self, "coordinator connection: %s", rerr) end
+      if tostring(rerr):match("^ETIMEDOUT") then
+        log(self, "the coordinator said nothing for %g s: leaving", idle)
+      elseif not tostring(rerr):match("^EOF") then
+        log(self, "coordinator connection: %s", rerr)
+      end
       break
     end
     if m.t == "run" then

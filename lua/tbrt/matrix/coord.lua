@@ -101,7 +101,7 @@ function Coord:_greet(s)
   conn.what = string.format("rank %d (%s)", rank, a.host)
   conn.max = msg.MAX_FRAME
   local ok, serr = conn:send({ t = "welcome", rank = rank, size = self.count, text = self.text,
-    path = self.path }, 10)
+    path = self.path, liveness = self.liveness }, 10)
   if not ok then return refuse(self, conn, "welcome: " .. serr) end
   self.agents[rank] = a
   self:_event("hello", rank, a.host)

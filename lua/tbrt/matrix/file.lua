@@ -18,6 +18,11 @@
 --
 -- The file runs in the driver and again in every agent (which need its
 -- scenario functions), so it should only describe: no side effects.
+--
+-- liveness (15 s): an agent silent that long is taken for gone. A link on
+-- shared memory that always makes progress may keep its agent from
+-- answering pings until a measurement ends, so keep it above the longest
+-- single measurement (the measure budgets bound those).
 local perf = require("tbrt.perf")
 
 local M = {}

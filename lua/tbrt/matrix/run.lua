@@ -145,8 +145,12 @@ function Run:pair(cell, round, pair, deadline)
     local first = order[1][2].ok and order[2] or order[1]
     err = { text = table.concat(parts, "; "), step = first[2].where }
   end
-  local rec = results.pair_record(self.run, cell, round, pair, who, c.ok and c.result, s.ok and s.result, err)
-  return rec, rec.ok and "ok" or "failed", c.ok and c.result and c.result.measure_s or 0
+  -- replies are an agent's word: tables where tables are expected
+  local cres = c.ok and type(c.result) == "table" and c.result or nil
+  local sres = s.ok and type(s.result) == "table" and s.result or nil
+  local rec = results.pair_record(self.run, cell, round, pair, who, cres, sres, err)
+  local mt = cres and type(cres.measure_s) == "number" and cres.measure_s or 0
+  return rec, rec.ok and "ok" or "failed", mt
 end
 
 ---------------------------------------------------------------------------
@@ -215,7 +219,8 @@ function Run:scenario_cell(cell, deadline)
     local rep = replies[i] or { ok = false, where = "driver", error = "no reply" }
     local err = not rep.ok and { text = string.format("%s %s: %s", self:name(r), tostring(rep.where),
       tostring(rep.error)), step = rep.where } or nil
-    self.out:write(results.scenario_record(self.run, cell, r, self:who(r), rep.ok and rep.result, err))
+    self.out:write(results.scenario_record(self.run, cell, r, self:who(r),
+      rep.ok and type(rep.result) == "table" and rep.result or nil, err))
     counts[rep.ok and "ok" or "failed"] = counts[rep.ok and "ok" or "failed"] + 1
   end
   -- a scenario's time is all its own: the driver's part is the messages
@@ -434,7 +439,7 @@ function Run:execute()
     else
       err = tostring(body_err)
     end
-    if self.stopping and tostring(err):match("ECANCELED") then err = nil end
+    if self.stopping then err = nil end       -- stopped while starting: not a failure to report
     if err then
       io.stderr:write("matrix: ", err, "\n")
       code = 1
