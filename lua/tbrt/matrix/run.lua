@@ -425,10 +425,9 @@ function Run:execute()
     code = self.stopping and 130 or (failed > 0 and 3 or 0)
   end)
   -- whatever happened: agents away, hosts removed, files written
-  if self.progress then
-    self.progress:finish(self.stopping and string.format("matrix: stopped (%s); what finished is kept: " ..
-      "run again with --resume to continue", self.stopping) or nil)
-  end
+  local stopped = self.stopping and string.format("matrix: stopped (%s); what finished is kept: " ..
+    "run again with --resume to continue", self.stopping)
+  if self.progress then self.progress:finish(stopped or nil) elseif stopped then print(stopped) end
   if self.coord then self.coord:close() end
   self.group:stop()
   self.group:cleanup()
