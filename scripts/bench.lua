@@ -161,10 +161,11 @@ r.qperf_bw4m = measure("qperf tcp_bw 4 MiB", qperf("tcp_bw", 4194304))
 do
   local m, why = require("tbrt.matrix.bench").run(tbrt, root)
   if m then
-    r.matrix_overhead, r.matrix_wall, r.matrix_budget = m.overhead_median, m.wall, m.measure_sum + m.overhead_sum
-    io.stderr:write(string.format("# %-34s median %.3f s, max %.3f s over %d cells (%d not ok); whole " ..
-      "matrix %.2f s vs measurements %.2f s + overhead %.2f s\n", "matrix overhead per cell (netns)",
-      m.overhead_median, m.overhead_max, m.cells, m.failed, m.wall, m.measure_sum, m.overhead_sum))
+    r.matrix_overhead, r.matrix_wall, r.matrix_budget = m.overhead_median, m.cells_wall, m.measure_sum + m.overhead_sum
+    io.stderr:write(string.format("# %-34s median %.3f s, max %.3f s over %d cells (%d not ok); the " ..
+      "command %.2f s (hosts, agents and files %.2f s, cells %.2f s) vs the pairs' measurements %.2f s + " ..
+      "overhead %.2f s\n", "matrix overhead per cell (netns)", m.overhead_median, m.overhead_max, m.cells,
+      m.failed, m.wall, m.wall - m.cells_wall, m.cells_wall, m.measure_sum, m.overhead_sum))
   else
     io.stderr:write("# matrix overhead per cell (netns)     NA: " .. tostring(why) .. "\n")
   end
@@ -195,7 +196,7 @@ local rows = {
 }
 
 table.insert(rows, { "matrix driver overhead per cell, s (netns)", r.matrix_overhead, 1, "(seconds)", "<=", 0.5 })
-table.insert(rows, { "matrix wall / (measurements + overhead)", r.matrix_wall, r.matrix_budget, "sum of cells", "<=", 1.0 })
+table.insert(rows, { "matrix cells' time / (pairs' + overhead)", r.matrix_wall, r.matrix_budget, "sum of pairs", "<=", 1.0 })
 
 print(string.format("%-42s %10s %10s  %-16s %7s  %s", "measure (" .. PERS .. ")", "tbrt", "anchor",
   "anchor is", "ratio", "target"))

@@ -5,7 +5,9 @@
 -- matrix took less than the sum of its pairs' measurements plus that
 -- overhead (it should: a round's pairs run at the same time).
 --   local f, why = require("tbrt.matrix.bench").run(tbrt_exe, root)
---   f = { overhead_median, overhead_max, cells, wall, measure_sum, overhead_sum, failed }
+--   f = { overhead_median, overhead_max, cells, wall (the whole command: hosts, agents,
+--         cells, files), cells_wall (the cells alone), measure_sum (every pair's own
+--         measurement time), overhead_sum, failed }
 local uv = require("luv")
 local results = require("tbrt.matrix.results")
 local stats = require("tbrt.matrix.stats")
@@ -25,10 +27,11 @@ function M.run(exe, root, file)
   if not list or #list == 0 then
     return nil, (text:match("tbrt matrix: ([^\n]+)") or text:match("matrix: ([^\n]+)") or text:sub(1, 200))
   end
-  local over, measure_sum, failed, cells = {}, 0, 0, 0
+  local over, measure_sum, failed, cells, cells_wall = {}, 0, 0, 0, 0
   for _, r in ipairs(list) do
     if r.kind == "cell" then
       cells = cells + 1
+      cells_wall = cells_wall + (r.wall_s or 0)
       over[#over + 1] = r.overhead_s
       if r.status ~= "ok" then failed = failed + 1 end
     elseif r.kind == "measurement" and r.measure_s then
@@ -38,7 +41,8 @@ function M.run(exe, root, file)
   local overhead_sum = 0
   for _, v in ipairs(over) do overhead_sum = overhead_sum + v end
   return { overhead_median = stats.median(over), overhead_max = stats.max(over), cells = cells,
-    wall = wall, measure_sum = measure_sum, overhead_sum = overhead_sum, failed = failed }
+    wall = wall, cells_wall = cells_wall, measure_sum = measure_sum, overhead_sum = overhead_sum,
+    failed = failed }
 end
 
 return M

@@ -55,27 +55,29 @@ local function ip_batch(lines, ns, what)
   return proc.check(argv, what, { stdin = table.concat(lines, "\n") .. "\n", timeout = 20 })
 end
 
--- Remove namespaces and bridges of drivers that no longer run.
+-- Remove namespaces, veths and bridges of drivers that no longer run
+-- (names tbrtm<pid><tag>h<i>, tbm<pid><tag>[v<i>]; the tag is letters).
+local function gone(pid)
+  if pid == uv.os_getpid() then return false end
+  local ok, err = uv.kill(pid, 0)
+  return not ok and tostring(err):match("ESRCH") ~= nil
+end
+
 function M.reap_stale()
-  local r = proc.run({ "ip", "netns", "list" }, { timeout = 10 })
-  local dead = {}
-  for pid in ((r and r.stdout) or ""):gmatch("tbrtm(%d+)h%d+") do
-    pid = tonumber(pid)
-    if pid ~= uv.os_getpid() and not dead[pid] and uv.kill(pid, 0) ~= 0 then dead[pid] = true end
-  end
+  local ns = proc.run({ "ip", "netns", "list" }, { timeout = 10 })
   local links = proc.run({ "ip", "-o", "link", "show" }, { timeout = 10 })
-  for name, pid in ((links and links.stdout) or ""):gmatch("%d+: (tbm(%d+)v%d+)[@:]") do
-    pid = tonumber(pid)
-    if pid ~= uv.os_getpid() and uv.kill(pid, 0) ~= 0 then dead[pid] = true end
-    if dead[pid] then proc.run({ "ip", "link", "del", name }, { timeout = 10 }) end
+  local veths, rest = {}, {}
+  for name, pid in ((links and links.stdout) or ""):gmatch("%d+: (tbm(%d+)%a*v%d+)[@:]") do
+    if gone(tonumber(pid)) then veths[#veths + 1] = name end
   end
-  for pid in pairs(dead) do
-    local r2 = proc.run({ "ip", "netns", "list" }, { timeout = 10 })
-    for ns in ((r2 and r2.stdout) or ""):gmatch("(tbrtm" .. pid .. "h%d+)") do
-      proc.run({ "ip", "netns", "del", ns }, { timeout = 10 })
-    end
-    proc.run({ "ip", "link", "del", "tbm" .. pid }, { timeout = 10 })
+  for name, pid in ((links and links.stdout) or ""):gmatch("%d+: (tbm(%d+)%a*)[@:]") do
+    if gone(tonumber(pid)) then rest[#rest + 1] = name end
   end
+  for _, name in ipairs(veths) do proc.run({ "ip", "link", "del", name }, { timeout = 10 }) end
+  for name, pid in ((ns and ns.stdout) or ""):gmatch("(tbrtm(%d+)%a*h%d+)") do
+    if gone(tonumber(pid)) then proc.run({ "ip", "netns", "del", name }, { timeout = 10 }) end
+  end
+  for _, name in ipairs(rest) do proc.run({ "ip", "link", "del", name }, { timeout = 10 }) end
 end
 
 local Net = {}
