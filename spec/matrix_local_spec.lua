@@ -173,6 +173,21 @@ return {
     end
   end)
 
+  it("calls the other end off at once when one end fails before it dials", function()
+    local text = [[return { hosts = { ["local"] = 2 }, patterns = { { name = "asym", scenario = function(ctx)
+      if ctx.rank == 1 then error("rank 1 gives up before dialing") end
+      assert(ctx.link(1))
+    end } }, axes = { size = { 64 } }, timeout = 30 }]]
+    local t0 = H.now()
+    local r, out = E.run_matrix(text, {}, { timeout = 60 })
+    assert.equal(3, r.code, H.describe(r))
+    assert.is_true(H.now() - t0 < 15, "the waiting end sat out the cell's timeout")
+    local errs = {}
+    for _, m in ipairs(E.of_kind(E.results(out), "measurement")) do errs[m.rank] = m.error end
+    assert.matches("rank 1 gives up before dialing", errs[1])
+    assert.matches("ECANCELED: rank 1 failed before it dialed", errs[0])
+  end)
+
   it("draws a bar on a terminal; --resume runs only what is missing", L.async(function()
     local dir = H.tmpdir()
     local path = H.write_file(dir .. "/m.lua", [[return { hosts = { ["local"] = 2 }, patterns = { "pairwise" },

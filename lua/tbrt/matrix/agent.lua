@@ -133,8 +133,12 @@ function Agent:link(st, peer, opts, role, timeout)
       local claim = {}
       self.claims[key] = claim
       st.claims[#st.claims + 1] = key
-      local ok = task.wait(function() return claim.sock end, timeout)
+      local ok = task.wait(function() return claim.sock or self.canceled[st.id] end, timeout)
       self.claims[key] = nil
+      if claim.sock == nil and self.canceled[st.id] then
+        return nil, string.format("ECANCELED: rank %d failed before it dialed (the driver called the step off)",
+          peer.rank)
+      end
       if not ok then
         return nil, string.format("ETIMEDOUT: rank %d did not dial within %g s", peer.rank, timeout)
       end
@@ -282,7 +286,7 @@ end
 -- args: { coord = "HOST:PORT" | "ssh:PORT", token, rank (optional) }.
 -- Returns an exit code.
 function M.run(args)
-  local self = setmetatable({ token = args.token, claims = {}, waiting = {} }, Agent)
+  local self = setmetatable({ token = args.token, claims = {}, waiting = {}, canceled = {} }, Agent)
   local env_rank, env_size, source = M.env_rank()
   self.rank = args.rank or env_rank
   local host, port = args.coord:match("^%[?([^%]]+)%]?:(%d+)$")
@@ -335,6 +339,14 @@ function M.run(args)
         task.spawn(function() self:_run_step(m) end)
       else
         self.conn:send({ t = "done", id = m.id, ok = false, where = "message", error = "EPROTO: " .. why }, 10)
+      end
+    elseif m.t == "cancel" then
+      -- the other end of a pair failed: stop waiting for its dial
+      if type(m.step) == "number" then
+        self.canceled[m.step] = true
+        local n = 0
+        for _ in pairs(self.canceled) do n = n + 1 end
+        if n > 1024 then self.canceled = { [m.step] = true } end
       end
     elseif m.t == "ping" then
       self.conn:send({ t = "pong", id = m.id }, 10)

@@ -217,6 +217,13 @@ function Coord:request(rank, m, timeout)
   if not got then return nil, string.format("ETIMEDOUT: no reply within %g s", timeout) end
 end
 
+-- Send m to rank without waiting for a reply (best effort).
+function Coord:notify(rank, m)
+  local a = self.agents[rank]
+  if not a or not a.alive then return nil end
+  return a.conn:send(m, 5)
+end
+
 -- Mark a rank gone from outside (its process exited, say).
 function Coord:mark_gone(rank, why)
   local a = self.agents[rank]

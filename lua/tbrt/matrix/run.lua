@@ -124,6 +124,11 @@ function Run:pair(cell, round, pair, deadline)
     return function()
       local rep, err = self.coord:request(rank, m, left + GRACE)
       replies[i] = rep or { ok = false, where = "agent", error = self:death(rank, err), gone = true }
+      -- one end failed: the other must not wait out the cell for its dial
+      local other = i == 1 and b or a
+      if not replies[i].ok and not replies[3 - i] then
+        self.coord:notify(other, { t = "cancel", step = step_id })
+      end
       return true
     end
   end
@@ -210,6 +215,12 @@ function Run:scenario_cell(cell, deadline)
         pattern = cell.pattern.index, size = n, cell = cell.params, opts = cell.opts, faults = cell.faults,
         timeout = left, peers = peers }, left + GRACE)
       replies[i] = rep or { ok = false, where = "agent", error = self:death(r, err) }
+      if not replies[i].ok then
+        -- a rank failed: the others must not wait out the cell for its dials
+        for j, other in ipairs(ranks) do
+          if not replies[j] then self.coord:notify(other, { t = "cancel", step = step_id }) end
+        end
+      end
       return true
     end
   end
