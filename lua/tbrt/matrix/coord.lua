@@ -125,8 +125,12 @@ function Coord:_reader(a)
   while a.alive do
     local m, err = a.conn:recv(nil, 30)
     if not m then
-      self:_gone(a, tostring(err):match("^EOF") and "its agent closed the connection (process ended?)"
-        or ("connection failed: " .. tostring(err)))
+      -- EOF: closed; ECONNRESET, or EBADF (libuv's word for POLLERR on the
+      -- socket): reset, as when a process dies with bytes unread
+      local e = tostring(err)
+      self:_gone(a, (e:match("^EOF") or e:match("^ECONNRESET") or e:match("^EBADF"))
+        and "its agent's connection closed or was reset (process ended?)"
+        or ("connection failed: " .. e))
       break
     end
     a.seen = now()

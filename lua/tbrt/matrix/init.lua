@@ -2,7 +2,8 @@
 --
 --   tbrt matrix FILE.lua [--out DIR] [--resume] [--only FILTER] [--dry-run]
 --   tbrt matrix diff A B [--sigmas K] [--threshold PCT]
---   tbrt matrix agent --coord HOST:PORT --token T [--rank N]   (what launchers start)
+--   tbrt matrix agent --coord HOST:PORT [--rank N] [--token -]   (what launchers start;
+--                                   the run's token from TBRT_MATRIX_TOKEN, or stdin)
 --
 -- The pieces, in the order a run uses them:
 --   file.lua       load and check the matrix file (options declared as data)
@@ -59,7 +60,7 @@ local function agent_parser()
   local p = argparse("tbrt matrix agent", "One rank of a matrix (started by the launchers).")
     :add_help(false)
   p:option("--coord", "The coordinator: HOST:PORT, or ssh:PORT (the ssh client's address)."):count(1)
-  p:option("--token", "The run's token."):count(1)
+  p:option("--token", "- : read the run's token from stdin (else TBRT_MATRIX_TOKEN)."):choices({ "-" })
   p:option("--rank", "This rank (else from the launcher's environment)."):convert(tonumber)
   return p
 end
@@ -142,7 +143,12 @@ function M.main(argv)
   elseif first == "agent" then
     local ok, a = agent_parser():pparse({ unpack(argv, 2) })
     if not ok then return die(2, a) end
-    return require("tbrt.matrix.agent").run({ coord = a.coord, token = a.token, rank = a.rank })
+    local token = os.getenv("TBRT_MATRIX_TOKEN")
+    if a.token == "-" then token = (io.stdin:read("*l") or ""):sub(1, 128) end
+    if not token or not token:match("^%x+$") then
+      return die(2, "matrix agent: no run token (TBRT_MATRIX_TOKEN, or --token - and a line on stdin)")
+    end
+    return require("tbrt.matrix.agent").run({ coord = a.coord, token = token, rank = a.rank })
   end
   local p = parser()
   for _, w in ipairs(argv) do

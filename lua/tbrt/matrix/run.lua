@@ -362,7 +362,7 @@ function Run:execute()
   self.token = random_hex(16)
   self.run = { id = random_hex(4), version = tbrt.version, git = M.git_sha() }
   self.out = assert(results.open(self.dir))
-  self.group = hosts.new(spec.hosts, { pid = uv.os_getpid(), logdir = self.dir .. "/logs" })
+  self.group = hosts.new(spec.hosts, { pid = uv.os_getpid(), logdir = self.dir .. "/logs", token = self.token })
   local code = 0
   local body_ok, body_err = pcall(function()
     ok, err = self.group:setup()
@@ -374,7 +374,8 @@ function Run:execute()
     local coord_arg = (agent_host:find(":", 1, true) and ("[" .. agent_host .. "]") or agent_host) ..
       ":" .. self.coord.port
     ok, err = self.group:launch(function(rank)
-      local a = { "matrix", "agent", "--coord", coord_arg, "--token", self.token }
+      -- the token travels in the environment (or ssh's stdin), never on a command line
+      local a = { "matrix", "agent", "--coord", coord_arg }
       if rank then a[#a + 1] = "--rank"; a[#a + 1] = tostring(rank) end
       return a
     end)

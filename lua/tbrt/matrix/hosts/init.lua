@@ -9,7 +9,9 @@
 --                                    coordinator listens, and the HOST part
 --                                    of the --coord an agent is given
 --   group:launch(argv_for)        start every agent; argv_for(rank|nil) is
---                                    the agent's command line after tbrt
+--                                    the agent's command line after tbrt; the
+--                                    run's token goes in TBRT_MATRIX_TOKEN (or
+--                                    on stdin), never on a command line
 --   group:relaunch(rank)          start one agent again (or nil, why not)
 --   group:exited(rank)            nil while its process runs, else how it ended
 --   group:describe(rank)          where rank runs, in words
@@ -58,7 +60,9 @@ function PerRank:start(rank, argv, opts)
   local old = self.procs[rank]
   if old and not old.exited then old:stop(1) end
   local log = self:log_file(rank)
-  local p, err = proc.spawn(argv, { detached = true, log = log, env = opts.env,
+  local env = { TBRT_MATRIX_TOKEN = self.env.token }
+  for k, v in pairs(opts.env or {}) do env[k] = v end
+  local p, err = proc.spawn(argv, { detached = true, log = log, env = env, stdin = opts.stdin,
     name = string.format("rank %d agent", rank) })
   if not p then return nil, err end
   self.procs[rank] = p

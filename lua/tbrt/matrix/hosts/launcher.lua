@@ -50,8 +50,9 @@ function Group:launch(argv_for)
   local argv = self.command_of(self.decl, agent)
   local log = self.env.logdir and io.open(self.env.logdir .. "/" .. self.kind .. ".log", "a")
   self.log = log
-  local p, err = proc.spawn(argv, { detached = true, log = log, env = self.decl.env,
-    name = self.kind })
+  local env = { TBRT_MATRIX_TOKEN = self.env.token }
+  for k, v in pairs(self.decl.env or {}) do env[k] = v end
+  local p, err = proc.spawn(argv, { detached = true, log = log, env = env, name = self.kind })
   if not p then return nil, err end
   self.proc = p
   return true

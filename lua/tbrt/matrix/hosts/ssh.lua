@@ -83,6 +83,8 @@ function Group:relaunch(rank)
   local spec = self.decl.hosts[rank + 1]
   local remote = { hosts.tbrt_exe(self.decl) }
   for _, a in ipairs(self.argv_for(rank)) do remote[#remote + 1] = a end
+  remote[#remote + 1] = "--token"
+  remote[#remote + 1] = "-"                 -- read from stdin: ssh carries it
   local env = {}
   for k, v in pairs(self.decl.env or {}) do env[#env + 1] = k .. "=" .. proc.quote({ v }) end
   table.sort(env)
@@ -90,7 +92,7 @@ function Group:relaunch(rank)
   local argv = self:ssh_argv(spec, { "-T" })
   argv[#argv + 1] = "--"
   argv[#argv + 1] = command
-  return self:start(rank, argv)
+  return self:start(rank, argv, { stdin = self.env.token .. "\n" })
 end
 
 function Group:cleanup()
