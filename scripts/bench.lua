@@ -69,7 +69,8 @@ local function lua_bench(dev, pers, test, size, iters)
     local line = out:match("({.-})%s*$")
     local ok, row = pcall(cjson.decode, line or "")
     if not ok or type(row) ~= "table" then return nil, out:sub(1, 200) end
-    if test == "lat" then return row.lat_us end
+    -- the typical (median) one-way latency, as ucx_perftest's tag_lat figure is
+    if test == "lat" then return row.lat_typical_us end
     return row.bw_push
   end
 end

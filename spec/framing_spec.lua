@@ -61,7 +61,7 @@ for _, pers in ipairs { "apple-uc", "linux-rc" } do
     end))
 
     for what, pattern in pairs {
-      magic = "^EPROTO: link %d+: recv: frame magic 0xbadf00d != RSEG %(stream desynced%)",
+      magic = "^EPROTO: link %d+: recv: frame magic 0xbadf00d != TBRT %(stream desynced",
       length = "^EPROTO: link %d+: recv: frame length " .. (PAYLOAD + 1) .. " exceeds the stride payload " .. PAYLOAD,
       skip = "^EPROTO: link %d+: recv: frame seq 3 != expected 2 %(a frame was dropped on the wire%)",
       ["repeat"] = "^EPROTO: link %d+: recv: frame seq 1 != expected 2 %(a frame was repeated on the wire%)",

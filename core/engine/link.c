@@ -52,8 +52,10 @@ int link_note(tbrt_link *l, int err, const char *fmt, ...)
 
 intptr_t link_took(tbrt_link *l, intptr_t rc)
 {
-    if (rc < 0 && l->x.err && l->state != TBRT_LINK_BROKEN)
+    if (rc < 0 && l->x.err && l->state != TBRT_LINK_BROKEN) {
         link_fail(l, l->x.err, "%s", l->x.why);
+        link_took_wire(l);
+    }
     return rc < 0 && rc != -EAGAIN && l->state == TBRT_LINK_BROKEN ? -l->err : rc;
 }
 
@@ -80,8 +82,9 @@ int link_progress(tbrt_link *l)
 /* Make the transport named by t, after select.c filled in the device. */
 static int transport_setup(tbrt_link *l, const struct link_transport *t, char *err, size_t errlen)
 {
-    int rc = t == &link_rdma ? link_rdma_setup(&l->x, err, errlen)
-                             : link_tcp_setup(&l->x, err, errlen);
+    int rc = t == &link_rdma          ? link_rdma_setup(&l->x, err, errlen)
+             : t == &link_llama_linux ? link_llama_linux_setup(&l->x, err, errlen)
+                                      : link_tcp_setup(&l->x, err, errlen);
     if (rc == 0)
         l->t = t;
     return rc;
@@ -132,15 +135,15 @@ static int normalize(tbrt_link *l, const tbrt_link_opts *in, char *err, size_t e
     if (o->stride < 4096 || o->stride % 4096 || o->stride > (64u << 20))
         return err_set(err, errlen, EINVAL, "link %d: stride %u must be a multiple of 4 KiB "
                        "(a Thunderbolt frame) from 4 KiB to 64 MiB", l->id, o->stride);
-    if (o->framing < TBRT_FRAMING_AUTO || o->framing > TBRT_FRAMING_VARIABLE)
-        return err_set(err, errlen, EINVAL, "link %d: framing %d is not auto/fixed/variable", l->id,
-                       o->framing);
+    if (o->framing < TBRT_FRAMING_AUTO || o->framing > TBRT_FRAMING_LLAMA_LINUX)
+        return err_set(err, errlen, EINVAL, "link %d: framing %d is not auto/fixed/variable/"
+                       "llama-apple/llama-linux", l->id, o->framing);
     if (o->qp_type && o->qp_type != IBV_QPT_RC && o->qp_type != IBV_QPT_UC)
         return err_set(err, errlen, EINVAL, "link %d: qp_type %d: links use RC or UC", l->id,
                        o->qp_type);
     if (o->port < 0 || o->port > 255)
         return err_set(err, errlen, EINVAL, "link %d: port %d out of range", l->id, o->port);
-    return 0;
+    return link_framing_opts(l, err, errlen);
 }
 
 /* ---- probe and activation -------------------------------------------------------- */
@@ -150,7 +153,7 @@ static void fill_info(tbrt_link *l)
     tbrt_link_info *i = &l->info;
     i->id = l->id;
     i->flavor = l->x.flavor;
-    i->framing = l->x.framing;
+    i->framing = l->x.framing ? l->x.framing : l->opts.framing;
     i->qp_type = l->x.qp_type;
     i->port = l->x.port;
     i->gid_index = l->x.gid_index;
@@ -194,7 +197,8 @@ int tbrt_link_probe(int fd, const tbrt_link_opts *opts, tbrt_link **out, uint8_t
         } else {
             rc = link_select_device(l, err, errlen);
             if (rc == 0)
-                rc = transport_setup(l, &link_rdma, err, errlen);
+                rc = transport_setup(l, l->opts.framing == TBRT_FRAMING_LLAMA_LINUX
+                                            ? &link_llama_linux : &link_rdma, err, errlen);
         }
     }
     if (rc) {
@@ -209,8 +213,8 @@ int tbrt_link_probe(int fd, const tbrt_link_opts *opts, tbrt_link **out, uint8_t
     l->state = TBRT_LINK_PROBED;
     fill_info(l);
     if (caps_out) {
-        tbrt_caps c = {.flavor = l->x.dev ? l->x.flavor : 0, .qpn = l->info.qpn, .psn = l->x.psn,
-                       .lid = l->x.lid};
+        tbrt_caps c = {.flavor = l->x.dev ? link_caps_flavor(l) : 0, .qpn = l->info.qpn,
+                       .psn = l->x.psn, .lid = l->x.lid};
         memcpy(c.gid, l->x.gid, 16);
         tbrt_caps_encode(&c, caps_out, TBRT_CAPS_SIZE);
     }
@@ -226,16 +230,17 @@ int tbrt_link_activate(tbrt_link *l, const uint8_t *peer_caps, size_t len)
         return link_note(l, EINVAL, "activate: the link is not freshly probed (state %d)", l->state);
     tbrt_caps peer;
     char why[TBRT_WHY_MAX];
-    int rc = tbrt_caps_decode(peer_caps, len, l->x.flavor ? l->x.flavor : TBRT_FLAVOR_LINUX, &peer,
-                              why, sizeof why);
+    int rc = tbrt_caps_decode(peer_caps, len, l->x.dev ? link_caps_flavor(l) : TBRT_FLAVOR_LINUX,
+                              &peer, why, sizeof why);
     if (rc < 0) {
-        link_send_byte(l, 0);   /* the peer fails with us */
+        if (link_has_readiness(l, l->x.dev != NULL))
+            link_send_byte(l, 0);   /* the peer fails with us */
         return link_fail(l, -rc, "activate: %s", why);
     }
     if (rc == 1 || !l->x.dev) {
         /* either side without RDMA: both stay on TCP */
         if (l->x.dev) {
-            link_rdma.teardown(&l->x);
+            l->t->teardown(&l->x);
             l->x.teardown_log[0] = 0;
             l->fallback = true;
             transport_setup(l, &link_tcp, why, sizeof why);
@@ -251,6 +256,13 @@ int tbrt_link_activate(tbrt_link *l, const uint8_t *peer_caps, size_t len)
     }
     if (rc == 0 && l->state == TBRT_LINK_BROKEN)
         rc = -l->err;
+    if (!link_has_readiness(l, l->x.dev != NULL)) {
+        /* llama-linux (and llama-apple over TCP): up as soon as this side is */
+        if (rc)
+            return rc;
+        l->state = TBRT_LINK_READY;
+        return 0;
+    }
     /* every device, success or not, so a one-sided failure fails both sides */
     int src = link_send_byte(l, rc == 0 ? TBRT_READY_BYTE : 0);
     l->ready_sent = true;
@@ -282,6 +294,8 @@ int tbrt_link_ready(tbrt_link *l)
     if (b == 0)
         return link_fail(l, ECONNREFUSED, "readiness: the peer failed to activate its side "
                          "(it sent 0x00, not 0x2A); see the peer's error");
+    if (b != TBRT_READY_BYTE && (rc = link_ready_byte(l, b)) != 0)
+        return rc;
     if (b != TBRT_READY_BYTE)
         return link_fail(l, EPROTO, "readiness: byte 0x%02x, expected 0x2A", b);
     l->state = TBRT_LINK_READY;
@@ -476,6 +490,9 @@ int tbrt_link_inject(tbrt_link *l, int what)
 {
     if (!l || what < 1 || what > 4 || !l->x.dev)
         return -EINVAL;
+    if (l->x.framing == TBRT_FRAMING_LLAMA_LINUX ||
+        (l->x.framing == TBRT_FRAMING_LLAMA_APPLE && what > 2))
+        return -EINVAL;         /* no header / no sequence number to break */
     l->x.inject = what;
     return 0;
 }
@@ -495,7 +512,7 @@ static int link_close(tbrt_link *l, bool drain)
             link_wait_idle(l, TBRT_MIN(l->opts.timeout, 2.0));
         /* an RDMA link's socket carries only this byte now; a tcp link's
          * EOF (below) says the same */
-        if (!l->bye && l->x.dev)
+        if (!l->bye && l->x.dev && link_has_goodbye(l))
             link_send_byte(l, TBRT_BYE_BYTE);
     }
     if (l->t)

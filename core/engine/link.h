@@ -62,4 +62,17 @@ int link_recv_byte(tbrt_link *l, uint8_t *b);
 /* select.c: the device, port and GID facing the peer of the socket */
 int link_select_device(tbrt_link *l, char *err, size_t errlen);
 
+/* bootstrap.c: what the link's framing does at setup and on the socket */
+int link_framing_opts(tbrt_link *l, char *err, size_t errlen);
+int link_caps_flavor(const tbrt_link *l);
+bool link_has_readiness(const tbrt_link *l, bool rdma);
+bool link_has_goodbye(const tbrt_link *l);
+/* a transport found the peer in another framing: tell the peer */
+void link_took_wire(tbrt_link *l);
+/* a readiness byte that is a peer's notice: the link fails naming it; 0 if not */
+int link_ready_byte(tbrt_link *l, uint8_t b);
+/* a byte (rc 1) or EOF/error (rc < 0) on the socket once up: true when the
+ * framing decides (the result in *out), false to leave it to liveness.c */
+bool link_socket_byte(tbrt_link *l, int rc, uint8_t b, int *out);
+
 #endif

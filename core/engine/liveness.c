@@ -122,6 +122,9 @@ int link_check_liveness(tbrt_link *l, bool force)
     int rc = link_recv_byte(l, &b);
     if (rc == 0)
         return 0;
+    int decided;
+    if (link_socket_byte(l, rc, b, &decided))   /* bootstrap.c: the framing's rules */
+        return decided;
     if (rc == 1 && b == TBRT_BYE_BYTE) {
         l->bye = true;
         return 0;

@@ -3,7 +3,9 @@
  * RDMA is point to point, so the right device is the one holding a GID equal
  * to the bootstrap socket's local address (IPv4-mapped ::ffff:a.b.c.d, or
  * the IPv6 address): the interface the peer was reached through. The port is
- * the first ACTIVE one (never assume port 1: on Thunderbolt it often is not);
+ * the first ACTIVE one (never assume port 1: on Thunderbolt it often is not;
+ * only llama-linux framing does, whatever port 1's state, as llama.cpp's
+ * Linux transport does);
  * the whole GID table is scanned and RoCE v2 preferred where the provider
  * reports types. Every rejected device and port is remembered with its
  * reason, so a failed probe says exactly why. */
@@ -48,13 +50,18 @@ static int pick_port_gid(tbrt_link *l, tbrt_dev *dev, const uint8_t target[16], 
     char tgt[64];
     dev_gid_str(target, tgt, sizeof tgt);
     char skipped[256] = "";
+    bool port1 = l->opts.framing == TBRT_FRAMING_LLAMA_LINUX;   /* opts.port is 1 */
     for (int port = 1; port <= da.phys_port_cnt; port++) {
         if (l->opts.port && port != l->opts.port)
             continue;
         struct ibv_port_attr pa;
         if ((rc = tbrt_port_query(dev, (uint8_t)port, &pa)) != 0)
             return err_set(why, whylen, -rc, "query_port %d: %s", port, tbrt_dev_why(dev));
-        if (pa.state != IBV_PORT_ACTIVE) {
+        if (port1 && pa.state != IBV_PORT_ACTIVE)
+            str_append(skipped, sizeof skipped, "port 1 is %s, but llama-linux framing uses it "
+                       "anyway, as llama.cpp's Linux transport hard-codes port 1",
+                       dev_port_state_name(pa.state));
+        else if (pa.state != IBV_PORT_ACTIVE) {
             str_append(skipped, sizeof skipped, "%sport %d %s", skipped[0] ? ", " : "", port,
                        dev_port_state_name(pa.state));
             continue;

@@ -32,7 +32,7 @@ extern "C" {
 
 /* Bumped on any incompatible change of this header. The bindings also check
  * tbrt_header_hash() against the hash recorded in the generated cdef. */
-enum { TBRT_ABI_VERSION = 1 };
+enum { TBRT_ABI_VERSION = 2 };  /* 2: tbrt_link_stats.inline_sends */
 
 int tbrt_abi_version(void);
 const char *tbrt_version(void);
@@ -202,17 +202,38 @@ int tbrt_caps_decode(const uint8_t *blob, size_t len, int flavor, tbrt_caps *cap
 
 /* ---- links ------------------------------------------------------------ */
 
+/* How a link frames its bytes on the wire and what it says on the bootstrap
+ * socket. AUTO, FIXED and VARIABLE are tbrt's own framing (16-byte header,
+ * readiness byte, goodbye byte); the LLAMA ones are llama.cpp's ggml-rpc
+ * RDMA transports byte for byte, so a tbrt link can be either end of a
+ * llama.cpp link:
+ *   LLAMA_APPLE  16 strides of 128 KiB per direction, an 8-byte header
+ *                {magic "RSEG", len}, whole strides posted, PSN 0,
+ *                receives after RTS, the readiness byte, no goodbye byte;
+ *                UC on Apple devices as llama.cpp, RC on devices without
+ *                TN3205's credit flow control (UC would drop frames there);
+ *   LLAMA_LINUX  no header: each send is cut into SENDs of at most 256 KiB,
+ *                one at a time (stop-and-wait), up to 256 bytes inline;
+ *                24 receives of 256 KiB posted at INIT; RC on port 1;
+ *                psn = qpn & 0xffffff; no readiness byte, no goodbye byte.
+ * Once a llama link is up, anything on its bootstrap socket means the peer
+ * is gone (EOF ends the link: llama.cpp closes without a word). */
 enum tbrt_framing {
-    TBRT_FRAMING_AUTO = 0,
+    TBRT_FRAMING_AUTO = 0,     /* tbrt's own: FIXED on Apple devices, VARIABLE on Linux */
     TBRT_FRAMING_FIXED = 1,    /* every SEND posts the whole stride (TN3205) */
     TBRT_FRAMING_VARIABLE = 2, /* a SEND posts only the filled bytes */
+    TBRT_FRAMING_LLAMA_APPLE = 3, /* llama.cpp's Apple (TN3205, UC) transport */
+    TBRT_FRAMING_LLAMA_LINUX = 4, /* llama.cpp's Linux (RC) transport */
 };
 
 enum {
-    TBRT_STRIDE_HDR = 16,      /* bytes of the header at the start of a stride */
-    TBRT_SEG_MAGIC = 0x52534547, /* "RSEG" */
-    TBRT_READY_BYTE = 0x2A,    /* readiness handshake byte */
-    TBRT_BYE_BYTE = 0x2B,      /* sent on an orderly close */
+    TBRT_STRIDE_HDR = 16,      /* bytes of tbrt's header at the start of a stride */
+    TBRT_SEG_MAGIC = 0x54524254, /* "TBRT" as it lies in memory: tbrt's own header */
+    TBRT_LLAMA_SEG_MAGIC = 0x52534547, /* "RSEG": llama.cpp's Apple header */
+    TBRT_LLAMA_APPLE_HDR = 8,  /* {magic, len} */
+    TBRT_LLAMA_LINUX_CHUNK = 262144, /* 256 KiB: llama.cpp's Linux SEND and receive size */
+    TBRT_READY_BYTE = 0x2A,    /* readiness handshake byte (tbrt and llama-apple) */
+    TBRT_BYE_BYTE = 0x2B,      /* sent on an orderly close (tbrt framing only) */
 };
 
 typedef struct tbrt_link_opts {
@@ -225,7 +246,8 @@ typedef struct tbrt_link_opts {
     int port;                /* 0: first ACTIVE port */
     uint32_t nbuf;           /* strides per direction (16) */
     uint32_t stride;         /* bytes per stride (128 KiB), a multiple of 4 KiB */
-    int framing;             /* enum tbrt_framing */
+    int framing;             /* enum tbrt_framing; the LLAMA ones fix nbuf and stride,
+                                LLAMA_LINUX also RC and port 1 */
     int qp_type;             /* 0: by flavor (UC on Apple, RC on Linux) */
     double timeout;          /* bound of every blocking call, seconds (30) */
     double liveness;         /* a dead peer is reported within this, seconds (2) */
@@ -244,6 +266,7 @@ typedef struct tbrt_link_stats {
     uint64_t spins;          /* progress calls that found nothing */
     uint64_t sleeps;         /* times a waiter armed and slept on the fds */
     uint64_t eagain;         /* non-blocking calls that returned -EAGAIN */
+    uint64_t inline_sends;   /* SENDs posted with IBV_SEND_INLINE (llama-linux) */
 } tbrt_link_stats;
 
 enum tbrt_link_state {
@@ -349,7 +372,8 @@ void tbrt_link_free(tbrt_link *l);
 
 /* Test hooks: corrupt the next outgoing frame's header on purpose, to prove
  * the receiver notices. what: 1 magic, 2 length, 3 skip a sequence number,
- * 4 repeat the previous sequence number. */
+ * 4 repeat the previous sequence number (tbrt framing; llama-apple has no
+ * sequence number, llama-linux no header: -EINVAL). */
 int tbrt_link_inject(tbrt_link *l, int what);
 
 /* The order close destroyed things in, e.g. "qp,mr,mr,buf,buf,cq,pd,dev"

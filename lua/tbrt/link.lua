@@ -20,15 +20,34 @@ require("tbrt.libc")
 local C = core.C
 local M = {}
 
+-- The monotonic clock, read without making garbage: a 64-bit field read
+-- outside compiled code boxes an int64 cdata, so on a little-endian LP64
+-- machine the two longs are read as 32-bit words instead (tv_nsec < 1e9
+-- fits the low word). perf.measure takes a timestamp per iteration.
 ffi.cdef [[
   struct tbrt_timespec { long tv_sec; long tv_nsec; };
+  union tbrt_timespec_words { struct tbrt_timespec ts; uint32_t w[4]; };
   int clock_gettime(int clk, struct tbrt_timespec *ts);
 ]]
-local ts = ffi.new("struct tbrt_timespec")
 local CLOCK_MONOTONIC = 1
-local function now()
-  ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+local now
+if ffi.abi("le") and ffi.abi("64bit") and ffi.sizeof("long") == 8 then
+  -- tw itself is kept in M: the pointer and the array view do not keep
+  -- the memory they point into alive
+  local tw = ffi.new("union tbrt_timespec_words")
+  M._clock_words = tw
+  local tsp = ffi.cast("struct tbrt_timespec *", tw)
+  local w = ffi.cast("uint32_t *", tw)
+  now = function()
+    ffi.C.clock_gettime(CLOCK_MONOTONIC, tsp)
+    return w[0] + w[1] * 4294967296 + w[2] * 1e-9
+  end
+else
+  local ts = ffi.new("struct tbrt_timespec")
+  now = function()
+    ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
+    return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+  end
 end
 M.now = now
 
@@ -51,7 +70,11 @@ local OPTS = {
   spin = "number", trace = "boolean", fallback = "boolean", exchange = "function",
   connect_timeout = "number",
 }
-local FRAMING = { auto = 0, fixed = 1, variable = 2 }
+-- tbrt's own framing ("tbrt" = "auto": fixed on Apple devices, variable on
+-- Linux), or llama.cpp's RDMA transports byte for byte (core/include/tbrt.h)
+local FRAMING = { auto = 0, tbrt = 0, fixed = 1, variable = 2, ["llama-apple"] = 3,
+  ["llama-linux"] = 4 }
+M.FRAMING = FRAMING
 local QP_TYPE = { RC = 2, UC = 3 }   -- enum ibv_qp_type
 
 local function valid_keys()
@@ -75,7 +98,8 @@ function M.check_opts(opts, level)
     end
   end
   if opts.framing and not FRAMING[opts.framing] then
-    error("link option framing must be auto, fixed or variable, got " .. opts.framing, level)
+    error("link option framing must be tbrt (auto), fixed, variable, llama-apple or " ..
+      "llama-linux, got " .. opts.framing, level)
   end
   if opts.qp_type and not QP_TYPE[opts.qp_type] then
     error("link option qp_type must be RC or UC, got " .. opts.qp_type, level)
@@ -172,6 +196,7 @@ function Link:activate(peer_caps, timeout)
   local n = self:_fds()
   local sockfd = n == 2 and self.fds[1] or self.fds[0]
   while true do
+    if not self._l then return nil, self:_closed_while("readiness") end
     rc = C.tbrt_link_ready(self._l)
     if rc == 0 then break end
     if rc ~= EAGAIN then return nil, self:_err(rc) end
@@ -197,7 +222,8 @@ local WAIT_RECV, WAIT_SEND, WAIT_IDLE = C.TBRT_WAIT_RECV, C.TBRT_WAIT_SEND, C.TB
 
 -- Wait until a call for `what` would not block (or an error is there to
 -- report), or until deadline ("timeout"). Returns true when the caller
--- should try again.
+-- should try again; nil, "closed" when another task closed the link while
+-- this one was parked (the caller must not touch the core's link then).
 function Link:_wait(what, deadline, events)
   local l = self._l
   local spin = self.spin
@@ -212,6 +238,7 @@ function Link:_wait(what, deadline, events)
       local a = C.tbrt_link_arm(l)
       if a ~= 0 then
         if a > 0 then task.sleep(0) end       -- let others run, then look again
+        if not self._l then return nil, "closed" end
         return true
       end
       local nap = NAP_MAX
@@ -220,9 +247,15 @@ function Link:_wait(what, deadline, events)
       if deadline and deadline - t < nap then nap = deadline - t end
       local nfd, fd0 = self:_fds()
       if nfd > 0 then task.poll(fd0, events, nap) else task.sleep(nap) end
+      if not self._l then return nil, "closed" end
       return true
     end
   end
+end
+
+function Link:_closed_while(op)
+  return string.format("ECANCELED: link %d: %s: the link was closed (by another task) while " ..
+    "this one waited", self.id, op)
 end
 
 local function as_pointer(data, len, what)
@@ -248,7 +281,9 @@ function Link:send(data, len, timeout)
       done = done + r
     elseif r == EAGAIN then
       deadline = deadline or now() + (timeout or self.timeout)
-      if not self:_wait(WAIT_SEND, deadline, self.tcp and "w" or "r") then
+      local ok, why = self:_wait(WAIT_SEND, deadline, self.tcp and "w" or "r")
+      if not ok then
+        if why == "closed" then return nil, self:_closed_while("send"), done end
         return nil, string.format("ETIMEDOUT: link %d: send: %d of %d bytes accepted within " ..
           "%g s (the peer is not reading)", self.id, done, n, timeout or self.timeout), done
       end
@@ -269,7 +304,9 @@ function Link:flush(timeout)
     if rc == 0 then return true end
     if rc ~= EAGAIN then return nil, self:_err(rc) end
     deadline = deadline or now() + (timeout or self.timeout)
-    if not self:_wait(WAIT_SEND, deadline, "w") then
+    local ok, why = self:_wait(WAIT_SEND, deadline, "w")
+    if not ok then
+      if why == "closed" then return nil, self:_closed_while("flush") end
       return nil, string.format("ETIMEDOUT: link %d: flush: not done within %g s", self.id,
         timeout or self.timeout)
     end
@@ -290,7 +327,9 @@ function Link:recv_into(buf, n, timeout, some)
       if some then return got end
     elseif r == EAGAIN then
       deadline = deadline or now() + (timeout or self.timeout)
-      if not self:_wait(WAIT_RECV, deadline, "r") then
+      local ok, why = self:_wait(WAIT_RECV, deadline, "r")
+      if not ok then
+        if why == "closed" then return nil, self:_closed_while("recv"), got end
         return nil, string.format("ETIMEDOUT: link %d: recv: %d of %d bytes arrived within %g s " ..
           "(peer alive but silent)", self.id, got, n, timeout or self.timeout), got
       end
@@ -345,11 +384,12 @@ function Link:stats()
     frames_sent = tonumber(s.frames_sent), frames_recv = tonumber(s.frames_recv),
     completions = tonumber(s.completions), spins = tonumber(s.spins),
     sleeps = tonumber(s.sleeps), eagain = tonumber(s.eagain),
+    inline_sends = tonumber(s.inline_sends),
   }
 end
 
 local STATES = { "probed", "activating", "ready", "broken", "closed" }
-local FRAMINGS = { [0] = "auto", "fixed", "variable" }
+local FRAMINGS = { [0] = "auto", "fixed", "variable", "llama-apple", "llama-linux" }
 local QPT = { [2] = "RC", [3] = "UC", [4] = "UD" }
 
 function Link:info()
@@ -392,6 +432,7 @@ function Link:close(timeout)
     while C.tbrt_link_inflight(l) ~= 0 and C.tbrt_link_progress(l) >= 0 do
       if not self:_wait(WAIT_IDLE, deadline, "w") then break end
     end
+    if not self._l then return true end     -- another task closed it meanwhile
   end
   local n, fd0, fd1 = self:_fds()
   if n >= 1 then task.poll_close(fd0) end

@@ -41,13 +41,15 @@ function L.check(buf, n, seed)
   return nil
 end
 
--- Start `tbrt spec/support/peer.lua args...` (not waited for). Returns a
--- handle with :wait(timeout) -> { code, signal, stdout, stderr } and :kill(sig).
-function L.spawn_peer(args, env)
+-- Start `tbrt spec/support/peer.lua args...` (or another script: a name in
+-- spec/support/ or an absolute path) (not waited for). Returns a handle
+-- with :wait(timeout) -> { code, signal, stdout, stderr } and :kill(sig).
+function L.spawn_peer(args, env, script)
   local out, err = uv.new_pipe(false), uv.new_pipe(false)
   local bufs, ebufs = {}, {}
   local h = { done = false }
-  local full = { H.root .. "/spec/support/peer.lua" }
+  script = script or "peer.lua"
+  local full = { script:sub(1, 1) == "/" and script or (H.root .. "/spec/support/" .. script) }
   for _, a in ipairs(args) do full[#full + 1] = tostring(a) end
   local envl = {}
   for k, v in pairs(uv.os_environ()) do envl[#envl + 1] = k .. "=" .. v end

@@ -1,17 +1,25 @@
-/* framing.h - the header at the start of every stride.
+/* framing.h - the headers at the start of a stride, and how to tell whose
+ * header a frame carries.
  *
- *   0  magic  "RSEG" (0x52534547), a mismatch means the stream desynced
+ * tbrt's own header, 16 bytes:
+ *   0  magic  "TBRT" (0x54524254), a mismatch means the stream desynced
  *   4  len    payload bytes in this stride; the rest is padding
  *   8  seq    per-direction sequence number, from 1: a UC wire can drop or
  *             repeat a frame, and the receiver must notice
  *   12 check  ~(magic ^ len ^ seq): a corrupted header is caught before its
  *             length is trusted
- *
- * All little endian, as llama.cpp's transports write them. */
+ * llama.cpp's Apple transport, 8 bytes: 0 magic "RSEG" (0x52534547), 4 len.
+ * llama.cpp's Linux transport: no header at all.
+ * All little endian. The magics differ on purpose: tbrt's used to be RSEG at
+ * the same offsets, and llama.cpp took tbrt's sequence number and check for
+ * payload. A receiver that meets the other kind of header names the peer's
+ * framing (framing.c) instead of handing over garbage. */
 #ifndef TBRT_FRAMING_H
 #define TBRT_FRAMING_H
 
 #include <endian.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -47,5 +55,56 @@ static inline void frame_hdr_read(const void *at, uint32_t *magic, uint32_t *len
     *seq = le32toh(h.seq);
     *check = le32toh(h.check);
 }
+
+/* llama.cpp's Apple header: {magic, len}. */
+static inline void rseg_hdr_write(void *at, uint32_t magic, uint32_t len)
+{
+    uint32_t h[2] = {htole32(magic), htole32(len)};
+    memcpy(at, h, sizeof h);
+}
+
+static inline void rseg_hdr_read(const void *at, uint32_t *magic, uint32_t *len)
+{
+    uint32_t h[2];
+    memcpy(h, at, sizeof h);
+    *magic = le32toh(h[0]);
+    *len = le32toh(h[1]);
+}
+
+/* Does a received message of byte_len bytes start with a whole, consistent
+ * tbrt header (magic and check agree: 64 bits that payload hardly ever
+ * matches by chance)? For framings without a header of their own. */
+static inline bool frame_is_tbrt(const void *at, uint32_t byte_len)
+{
+    if (byte_len < TBRT_STRIDE_HDR)
+        return false;
+    uint32_t magic, len, seq, check;
+    frame_hdr_read(at, &magic, &len, &seq, &check);
+    return magic == TBRT_SEG_MAGIC && check == (uint32_t) ~(magic ^ len ^ seq);
+}
+
+/* The three kinds of wire a link can speak; tbrt's auto/fixed/variable
+ * framings are one kind (they share the header and the socket bytes). */
+enum wire_kind {
+    WIRE_NONE = 0,
+    WIRE_TBRT,
+    WIRE_LLAMA_APPLE,
+    WIRE_LLAMA_LINUX,
+};
+
+/* framing.c */
+int wire_of_framing(int framing);
+/* "fixed", "variable", "llama-apple", "llama-linux"; "auto" for 0 */
+const char *framing_name(int framing);
+/* "... peer speaks llama-apple framing (8-byte RSEG header); open the link
+ * with framing = 'llama-apple' (this link speaks tbrt framing)" after what. */
+void wire_mismatch(char *buf, size_t len, const char *what, int mine, int peer);
+/* The byte a tbrt link sends on the bootstrap socket when it finds its peer
+ * speaking another kind of wire, naming its own kind, so that a tbrt peer
+ * fails with the same message: 'T' tbrt, 'A' llama-apple, 'L' llama-linux.
+ * llama.cpp never sends one (it sends nothing once a link is up). */
+uint8_t wire_notice_byte(int kind);
+/* The kind a notice byte names, or WIRE_NONE. */
+int wire_of_notice(uint8_t b);
 
 #endif

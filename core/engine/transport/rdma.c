@@ -1,17 +1,20 @@
 /* rdma.c - the RDMA transport of a link (transport.h): stride rings over a
- * verbs device.
+ * verbs device, in tbrt's framing or llama.cpp's Apple one (llama-apple).
  *
  * Per direction a ring of nbuf registered strides. A stride starts with the
- * frame header (framing.h); send() coalesces bytes into the current stride
- * and posts it when full, flush() posts a partly filled one at a message
- * boundary. In fixed framing every SEND carries the whole stride (TN3205: a
- * SEND and its RECV must cover the same number of 4 KiB frames); in variable
- * framing only the filled bytes. recv() hands out bytes of completed
- * strides in order, partial reads included, and reposts a stride once it is
- * drained. Send strides are freed by their completions, in order.
+ * frame header (framing.h: tbrt's 16 bytes, or llama-apple's 8); send()
+ * coalesces bytes into the current stride and posts it when full, flush()
+ * posts a partly filled one at a message boundary. In fixed framing (and
+ * llama-apple) every SEND carries the whole stride (TN3205: a SEND and its
+ * RECV must cover the same number of 4 KiB frames); in variable framing
+ * only the filled bytes. recv() hands out bytes of completed strides in
+ * order, partial reads included, and reposts a stride once it is drained.
+ * Send strides are freed by their completions, in order.
  *
  * Receives are posted at INIT on Linux (so nothing meets an empty queue) and
- * after RTS on Apple (its provider refuses them earlier). */
+ * after RTS on Apple and in llama-apple framing (Apple's provider refuses
+ * them earlier). llama-apple also takes llama.cpp's PSN 0 and hop limit 1,
+ * and its UC on Apple devices (RC on others: see link_rdma_setup). */
 #include <endian.h>
 #include <errno.h>
 #include <stdio.h>
@@ -24,14 +27,18 @@
 #include "engine/transport/transport.h"
 #include "util/util.h"
 
-#define RECV_TAG (1ull << 20)   /* wr_id bit of receive completions */
+#define RECV_TAG RDMA_RECV_TAG
 #define WC_BATCH 32
+/* llama.cpp's Apple transport: 16 strides of 128 KiB, hop limit 1 */
+#define LLAMA_APPLE_NBUF 16
+#define LLAMA_APPLE_STRIDE (128u * 1024)
+#define LLAMA_HOP_LIMIT 1
 
 static const char *wc_status_text(int st) { return dev_wc_status_name(st); }
 
 /* ---- setup ------------------------------------------------------------------ */
 
-static void *ring_alloc(size_t bytes)
+void *rdma_ring_alloc(size_t bytes)
 {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p;
@@ -42,12 +49,18 @@ int link_rdma_setup(struct xport *x, char *err, size_t errlen)
     tbrt_dev *dev = x->dev;
     struct ibv_port_attr pa;
     tbrt_port_query(dev, x->port, &pa);
-    x->nbuf = x->opts->nbuf;
-    x->stride = x->opts->stride;
-    x->payload = x->stride - TBRT_STRIDE_HDR;
+    bool llama = x->opts->framing == TBRT_FRAMING_LLAMA_APPLE;
+    x->nbuf = llama ? LLAMA_APPLE_NBUF : x->opts->nbuf;
+    x->stride = llama ? LLAMA_APPLE_STRIDE : x->opts->stride;
+    x->hdr = llama ? TBRT_LLAMA_APPLE_HDR : TBRT_STRIDE_HDR;
+    x->payload = x->stride - x->hdr;
     x->framing = x->opts->framing ? x->opts->framing
                                  : (x->flavor == TBRT_FLAVOR_APPLE ? TBRT_FRAMING_FIXED
                                                                    : TBRT_FRAMING_VARIABLE);
+    /* llama-apple too: UC where the device has TN3205's credit flow control,
+     * RC elsewhere, where UC would drop every frame that finds no receive
+     * posted (llama.cpp's Apple transport counts on the credits, and its
+     * header has no sequence number that could tell a loss) */
     x->qp_type = x->opts->qp_type ? x->opts->qp_type
                                  : (x->flavor == TBRT_FLAVOR_APPLE ? IBV_QPT_UC : IBV_QPT_RC);
     if (pa.max_msg_sz && x->stride > pa.max_msg_sz)
@@ -55,7 +68,7 @@ int link_rdma_setup(struct xport *x, char *err, size_t errlen)
                        "message size %u", x->link_id, x->stride, tbrt_dev_name(dev), pa.max_msg_sz);
     /* queue depth: work requests, or 4 KiB frames on Apple (TN3205) */
     uint64_t depth = x->nbuf;
-    if (x->flavor == TBRT_FLAVOR_APPLE) {
+    if (x->flavor == TBRT_FLAVOR_APPLE || llama) {
         depth = (uint64_t)x->nbuf * (x->stride / 4096);
         struct ibv_device_attr da;
         tbrt_dev_query(dev, &da);
@@ -79,8 +92,9 @@ int link_rdma_setup(struct xport *x, char *err, size_t errlen)
                                .max_send_sge = 1, .max_recv_sge = 1}};
     STEP(tbrt_qp_create(x->pd, &qi, &x->qp), "create_qp");
     x->ring_bytes = (size_t)x->nbuf * x->stride;
-    x->send_mem = ring_alloc(x->ring_bytes);
-    x->recv_mem = ring_alloc(x->ring_bytes);
+    x->send_ring_bytes = x->ring_bytes;
+    x->send_mem = rdma_ring_alloc(x->ring_bytes);
+    x->recv_mem = rdma_ring_alloc(x->ring_bytes);
     if (!x->send_mem || !x->recv_mem)
         return err_set(err, errlen, ENOMEM, "link %d: probe: cannot map 2 x %zu bytes of rings",
                        x->link_id, x->ring_bytes);
@@ -94,18 +108,22 @@ int link_rdma_setup(struct xport *x, char *err, size_t errlen)
         return err_set(err, errlen, ENOMEM, "link %d: probe: out of memory", x->link_id);
     x->pend_buf = -1;
     x->send_seq = x->recv_seq = 1;
-    if (x->flavor == TBRT_FLAVOR_LINUX) {
+    if (x->flavor == TBRT_FLAVOR_LINUX && !llama) {
         uint32_t r = 0;
         if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
             r = (uint32_t)now_ns();
         x->psn = r & 0xffffff;
+        /* llama.cpp's Linux transport sends psn = qpn & 0xffffff; tbrt never
+         * does, so a peer whose caps do is known for one (rdma_activate) */
+        if (x->psn == (x->qp->qp_num & 0xffffff))
+            x->psn ^= 1;
     }
     return 0;
 }
 
 /* ---- activation ------------------------------------------------------------- */
 
-static int post_recv(struct xport *x, uint32_t i)
+int rdma_post_recv(struct xport *x, uint32_t i)
 {
     struct ibv_sge sge = {.addr = (uintptr_t)(x->recv_mem + (size_t)i * x->stride),
                           .length = x->stride, .lkey = x->recv_mr->lkey};
@@ -119,7 +137,7 @@ static int post_recv(struct xport *x, uint32_t i)
 static int post_all_recvs(struct xport *x)
 {
     for (uint32_t i = 0; i < x->nbuf; i++) {
-        int rc = post_recv(x, i);
+        int rc = rdma_post_recv(x, i);
         if (rc)
             return rc;
     }
@@ -127,7 +145,7 @@ static int post_all_recvs(struct xport *x)
     return 0;
 }
 
-static int modify(struct xport *x, struct ibv_qp_attr *a, int mask, const char *what)
+int rdma_modify(struct xport *x, struct ibv_qp_attr *a, int mask, const char *what)
 {
     int rc = tbrt_qp_modify(x->qp, a, mask);
     if (rc)
@@ -135,17 +153,31 @@ static int modify(struct xport *x, struct ibv_qp_attr *a, int mask, const char *
     return 0;
 }
 
+/* Receives after RTS: Apple's rule, and llama-apple's on any device. */
+static bool recv_after_rts(struct xport *x)
+{
+    return x->flavor == TBRT_FLAVOR_APPLE || x->framing == TBRT_FRAMING_LLAMA_APPLE;
+}
+
 static int rdma_activate(struct xport *x, const tbrt_caps *peer)
 {
     bool rc_qp = x->qp_type == IBV_QPT_RC;
+    bool llama = x->framing == TBRT_FRAMING_LLAMA_APPLE;
+    if (!llama && peer->flavor == TBRT_FLAVOR_LINUX && peer->psn == (peer->qpn & 0xffffff)) {
+        char m[TBRT_WHY_MAX];
+        wire_mismatch(m, sizeof m, "activate: the peer's caps carry psn = qpn & 0xffffff, as "
+                      "llama.cpp's Linux transport sends them", WIRE_TBRT, WIRE_LLAMA_LINUX);
+        x->peer_wire = WIRE_LLAMA_LINUX;
+        return xport_fail(x, EPROTO, "%s", m);
+    }
     struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = x->port,
                             .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
                                                IBV_ACCESS_REMOTE_WRITE};
-    int rc = modify(x, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-                    "RESET->INIT");
+    int rc = rdma_modify(x, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                         IBV_QP_ACCESS_FLAGS, "RESET->INIT");
     if (rc)
         return rc;
-    if (x->flavor != TBRT_FLAVOR_APPLE && (rc = post_all_recvs(x)) != 0)
+    if (!recv_after_rts(x) && (rc = post_all_recvs(x)) != 0)
         return rc;
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_RTR;
@@ -155,7 +187,7 @@ static int rdma_activate(struct xport *x, const tbrt_caps *peer)
     a.ah_attr.is_global = 1;
     a.ah_attr.port_num = x->port;
     a.ah_attr.dlid = peer->lid;
-    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.grh.hop_limit = llama ? LLAMA_HOP_LIMIT : 64;
     a.ah_attr.grh.sgid_index = (uint8_t)x->gid_index;
     memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
     int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
@@ -164,7 +196,7 @@ static int rdma_activate(struct xport *x, const tbrt_caps *peer)
         a.min_rnr_timer = 1;    /* 0.01 ms: the receiver reposts as it reads */
         mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     }
-    if ((rc = modify(x, &a, mask, "INIT->RTR")) != 0)
+    if ((rc = rdma_modify(x, &a, mask, "INIT->RTR")) != 0)
         return rc;
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_RTS;
@@ -177,9 +209,9 @@ static int rdma_activate(struct xport *x, const tbrt_caps *peer)
         a.max_rd_atomic = 1;
         mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
     }
-    if ((rc = modify(x, &a, mask, "RTR->RTS")) != 0)
+    if ((rc = rdma_modify(x, &a, mask, "RTR->RTS")) != 0)
         return rc;
-    if (x->flavor == TBRT_FLAVOR_APPLE && (rc = post_all_recvs(x)) != 0)
+    if (recv_after_rts(x) && (rc = post_all_recvs(x)) != 0)
         return rc;
     x->peer = *peer;
     return 0;
@@ -187,36 +219,86 @@ static int rdma_activate(struct xport *x, const tbrt_caps *peer)
 
 /* ---- completions -------------------------------------------------------------- */
 
+/* A peer speaking another framing: say which, and remember it for the
+ * engine, which tells the peer over the bootstrap socket. */
+static int wrong_wire(struct xport *x, int peer, const char *what)
+{
+    char m[TBRT_WHY_MAX];
+    wire_mismatch(m, sizeof m, what, wire_of_framing(x->framing), peer);
+    x->peer_wire = peer;
+    return xport_fail(x, EPROTO, "%s", m);
+}
+
+/* tbrt's header: the payload length, or -1 after recording why not. */
+static int64_t tbrt_frame(struct xport *x, const uint8_t *at, const struct ibv_wc *wc)
+{
+    uint32_t magic, len, seq, check;
+    frame_hdr_read(at, &magic, &len, &seq, &check);
+    if (magic == TBRT_LLAMA_SEG_MAGIC)
+        return wrong_wire(x, WIRE_LLAMA_APPLE, "recv: a frame with llama.cpp's RSEG magic"), -1;
+    if (magic != TBRT_SEG_MAGIC) {
+        if (x->flavor == TBRT_FLAVOR_LINUX)
+            return xport_fail(x, EPROTO, "recv: frame magic 0x%x != TBRT (stream desynced; or "
+                             "a peer in llama-linux framing, which sends no header: open the "
+                             "link with framing = 'llama-linux' if so)", magic), -1;
+        return xport_fail(x, EPROTO, "recv: frame magic 0x%x != TBRT (stream desynced)", magic),
+               -1;
+    }
+    if (check != (uint32_t) ~(magic ^ len ^ seq))
+        return xport_fail(x, EPROTO, "recv: frame header check 0x%x != 0x%x (corrupted header)",
+                         check, (uint32_t) ~(magic ^ len ^ seq)), -1;
+    if (len > x->payload)
+        return xport_fail(x, EPROTO, "recv: frame length %u exceeds the stride payload %u",
+                         len, x->payload), -1;
+    if (x->framing == TBRT_FRAMING_FIXED ? wc->byte_len != x->stride
+                                         : wc->byte_len != TBRT_STRIDE_HDR + len)
+        return xport_fail(x, EPROTO, "recv: frame length %u but the SEND carried %u bytes "
+                         "(%s framing expects %u; do both sides use the same framing?)",
+                         len, wc->byte_len, framing_name(x->framing),
+                         x->framing == TBRT_FRAMING_FIXED ? x->stride : TBRT_STRIDE_HDR + len), -1;
+    if (seq != x->recv_seq)
+        return xport_fail(x, EPROTO, "recv: frame seq %u != expected %u (a frame was %s on the "
+                         "wire)", seq, x->recv_seq, seq > x->recv_seq ? "dropped" : "repeated"),
+               -1;
+    x->recv_seq++;
+    return len;
+}
+
+/* llama.cpp's Apple header: magic and len <= payload are all llama.cpp
+ * checks; the whole stride must have come, as llama.cpp always posts it. */
+static int64_t rseg_frame(struct xport *x, const uint8_t *at, const struct ibv_wc *wc)
+{
+    uint32_t magic, len;
+    rseg_hdr_read(at, &magic, &len);
+    if (magic == TBRT_SEG_MAGIC && frame_is_tbrt(at, wc->byte_len))
+        return wrong_wire(x, WIRE_TBRT, "recv: a frame with tbrt's TBRT header"), -1;
+    if (magic != TBRT_LLAMA_SEG_MAGIC)
+        return xport_fail(x, EPROTO, "recv: frame magic 0x%x != RSEG (stream desynced)", magic),
+               -1;
+    if (len > x->payload)
+        return xport_fail(x, EPROTO, "recv: frame length %u exceeds the stride payload %u",
+                         len, x->payload), -1;
+    if (wc->byte_len != x->stride)
+        return xport_fail(x, EPROTO, "recv: a SEND of %u bytes; llama-apple framing posts whole "
+                         "%u-byte strides", wc->byte_len, x->stride), -1;
+    return len;
+}
+
 static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
 {
     uint32_t buf = (uint32_t)(wc->wr_id & 0xffff);
     if (buf >= x->nbuf)
         return xport_fail(x, EPROTO, "recv completion for stride %u of %u", buf, x->nbuf);
     const uint8_t *at = x->recv_mem + (size_t)buf * x->stride;
-    uint32_t magic, len, seq, check;
-    frame_hdr_read(at, &magic, &len, &seq, &check);
-    if (magic != TBRT_SEG_MAGIC)
-        return xport_fail(x, EPROTO, "recv: frame magic 0x%x != RSEG (stream desynced)", magic);
-    if (check != (uint32_t) ~(magic ^ len ^ seq))
-        return xport_fail(x, EPROTO, "recv: frame header check 0x%x != 0x%x (corrupted header)",
-                         check, (uint32_t) ~(magic ^ len ^ seq));
-    if (len > x->payload)
-        return xport_fail(x, EPROTO, "recv: frame length %u exceeds the stride payload %u",
-                         len, x->payload);
-    if (x->framing == TBRT_FRAMING_FIXED ? wc->byte_len != x->stride
-                                         : wc->byte_len != TBRT_STRIDE_HDR + len)
-        return xport_fail(x, EPROTO, "recv: frame length %u but the SEND carried %u bytes "
-                         "(%s framing expects %u; do both sides use the same framing?)",
-                         len, wc->byte_len, x->framing == TBRT_FRAMING_FIXED ? "fixed" : "variable",
-                         x->framing == TBRT_FRAMING_FIXED ? x->stride : TBRT_STRIDE_HDR + len);
-    if (seq != x->recv_seq)
-        return xport_fail(x, EPROTO, "recv: frame seq %u != expected %u (a frame was %s on the "
-                         "wire)", seq, x->recv_seq, seq > x->recv_seq ? "dropped" : "repeated");
-    x->recv_seq++;
+    int64_t got = x->framing == TBRT_FRAMING_LLAMA_APPLE ? rseg_frame(x, at, wc)
+                                                         : tbrt_frame(x, at, wc);
+    if (got < 0)
+        return -x->err;
+    uint32_t len = (uint32_t)got;
     x->recv_posted--;
     x->stats.frames_recv++;
     if (len == 0) {             /* nothing to read: straight back to the device */
-        if (post_recv(x, buf))
+        if (rdma_post_recv(x, buf))
             return -x->err;
         x->recv_posted++;
         return 0;
@@ -271,7 +353,9 @@ static int post_pending(struct xport *x)
         return 0;
     uint32_t i = (uint32_t)x->pend_buf;
     uint8_t *at = x->send_mem + (size_t)i * x->stride;
-    uint32_t magic = TBRT_SEG_MAGIC, len = x->pend_len, seq = x->send_seq++;
+    bool llama = x->framing == TBRT_FRAMING_LLAMA_APPLE;
+    uint32_t magic = llama ? TBRT_LLAMA_SEG_MAGIC : TBRT_SEG_MAGIC, len = x->pend_len;
+    uint32_t seq = x->send_seq++;
     switch (x->inject) {        /* test hook: break the next frame on purpose */
     case 1: magic = 0x0badf00d; break;
     case 2: len = x->payload + 1; break;
@@ -279,8 +363,12 @@ static int post_pending(struct xport *x)
     case 4: seq = seq - 1; x->send_seq--; break;
     }
     x->inject = 0;
-    frame_hdr_write(at, magic, len, seq);
-    uint32_t bytes = x->framing == TBRT_FRAMING_FIXED ? x->stride : TBRT_STRIDE_HDR + x->pend_len;
+    if (llama)
+        rseg_hdr_write(at, magic, len);
+    else
+        frame_hdr_write(at, magic, len, seq);
+    uint32_t bytes = x->framing == TBRT_FRAMING_VARIABLE ? TBRT_STRIDE_HDR + x->pend_len
+                                                         : x->stride;
     struct ibv_sge sge = {.addr = (uintptr_t)at, .length = bytes, .lkey = x->send_mr->lkey};
     struct ibv_send_wr wr = {.wr_id = i, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
                              .send_flags = IBV_SEND_SIGNALED};
@@ -315,7 +403,7 @@ static intptr_t rdma_send(struct xport *x, const void *buf, size_t len)
     while (done < len) {
         if (!acquire(x))
             break;
-        uint8_t *at = x->send_mem + (size_t)x->pend_buf * x->stride + TBRT_STRIDE_HDR + x->pend_len;
+        uint8_t *at = x->send_mem + (size_t)x->pend_buf * x->stride + x->hdr + x->pend_len;
         size_t n = TBRT_MIN(len - done, (size_t)(x->payload - x->pend_len));
         memcpy(at, p + done, n);
         x->pend_len += (uint32_t)n;
@@ -340,21 +428,21 @@ static int rdma_flush(struct xport *x)
 
 /* ---- receiving ------------------------------------------------------------------ */
 
-static intptr_t rdma_recv(struct xport *x, void *buf, size_t len)
+intptr_t rdma_recv(struct xport *x, void *buf, size_t len)
 {
     uint8_t *p = buf;
     size_t done = 0;
     while (done < len && x->inq_count) {
         struct link_inq *q = &x->inq[x->inq_head];
         size_t n = TBRT_MIN(len - done, (size_t)(q->len - q->off));
-        memcpy(p + done, x->recv_mem + (size_t)q->buf * x->stride + TBRT_STRIDE_HDR + q->off, n);
+        memcpy(p + done, x->recv_mem + (size_t)q->buf * x->stride + x->hdr + q->off, n);
         q->off += (uint32_t)n;
         done += n;
         x->inq_bytes -= n;
         if (q->off == q->len) {
             x->inq_head = (x->inq_head + 1) % x->nbuf;
             x->inq_count--;
-            if (post_recv(x, q->buf))
+            if (rdma_post_recv(x, q->buf))
                 return -x->err;
             x->recv_posted++;
         }
@@ -376,7 +464,7 @@ static int rdma_arm(struct xport *x)
     return rc < 0 ? rc : rc > 0 ? 1 : 0;
 }
 
-static int rdma_fds(struct xport *x, int *fds, int max)
+int rdma_fds(struct xport *x, int *fds, int max)
 {
     int n = 0;
     if (max > n)
@@ -391,7 +479,7 @@ static bool rdma_writable(struct xport *x)
     return x->pend_buf >= 0 || x->send_count < x->nbuf;
 }
 
-static size_t rdma_readable(struct xport *x) { return x->inq_bytes; }
+size_t rdma_readable(struct xport *x) { return x->inq_bytes; }
 
 static bool rdma_idle(struct xport *x) { return x->send_count == 0; }
 
@@ -401,7 +489,7 @@ static int rdma_inflight(struct xport *x) { return (int)x->send_count; }
  * rings until it is gone), then the regions, the rings, the CQ, the PD, the
  * device. Never move the QP to ERR first: Apple's provider then fails every
  * region unmap. */
-static void rdma_teardown(struct xport *x)
+void rdma_teardown(struct xport *x)
 {
     if (x->qp) {
         tbrt_qp_destroy(x->qp);
@@ -420,9 +508,10 @@ static void rdma_teardown(struct xport *x)
         }
     x->send_mr = x->recv_mr = NULL;
     uint8_t *mems[2] = {x->send_mem, x->recv_mem};
+    size_t sizes[2] = {x->send_ring_bytes, x->ring_bytes};
     for (int i = 0; i < 2; i++)
         if (mems[i]) {
-            munmap(mems[i], x->ring_bytes);
+            munmap(mems[i], sizes[i]);
             xport_log_teardown(x, "buf");
         }
     x->send_mem = x->recv_mem = NULL;

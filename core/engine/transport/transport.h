@@ -1,7 +1,10 @@
 /* transport.h - the transports of the engine: what carries a link's bytes.
  *
- *   rdma  (rdma.c)  stride rings over a device of the device interface
- *   tcp   (tcp.c)   the plain byte stream of the bootstrap socket itself
+ *   rdma         (rdma.c)         stride rings over a device of the device
+ *                                  interface: tbrt's framing and llama-apple
+ *   llama_linux  (llama_linux.c)  llama.cpp's Linux transport: plain SENDs of
+ *                                  up to 256 KiB, stop-and-wait
+ *   tcp          (tcp.c)          the plain byte stream of the bootstrap socket
  *
  * The engine (link.c) owns a transport: it fills struct xport (the socket,
  * the options, for rdma the device chosen by select.c), calls the setup
@@ -40,6 +43,7 @@ struct link_transport {
 };
 
 extern const struct link_transport link_rdma;
+extern const struct link_transport link_llama_linux;
 extern const struct link_transport link_tcp;
 
 struct link_inq {
@@ -65,6 +69,8 @@ struct xport {
     char close_why[TBRT_WHY_MAX];
     int inject;                 /* test hook: corrupt the next frame */
     int flavor;                 /* (engine, select.c) TBRT_FLAVOR_*, 0 on tcp */
+    int peer_wire;              /* WIRE_* (framing.h) of a peer found speaking
+                                   another framing; the engine tells the peer */
 
     /* rdma: the device, port and GID facing the peer (engine, select.c) */
     tbrt_dev *dev;
@@ -79,8 +85,11 @@ struct xport {
     tbrt_qp *qp;
     tbrt_mr *send_mr, *recv_mr;
     uint8_t *send_mem, *recv_mem;
-    size_t ring_bytes;
+    size_t ring_bytes;          /* the receive ring; the send ring: */
+    size_t send_ring_bytes;
     uint32_t nbuf, stride, payload;
+    uint32_t hdr;               /* header bytes at the start of a stride */
+    uint32_t max_inline;        /* IBV_SEND_INLINE bytes the QP grants */
     int framing, qp_type;
     uint32_t psn;
     tbrt_caps peer;
@@ -108,6 +117,20 @@ void xport_log_teardown(struct xport *x, const char *what);
 
 /* Make the transport's resources; 0 or -errno with the reason in err. */
 int link_rdma_setup(struct xport *x, char *err, size_t errlen);
+int link_llama_linux_setup(struct xport *x, char *err, size_t errlen);
 int link_tcp_setup(struct xport *x, char *err, size_t errlen);
+
+/* rdma.c, shared by the two RDMA transports: a receive of stride bytes into
+ * stride i of the receive ring; a queue pair transition; the byte stream
+ * out of completed receives (x->hdr bytes skipped in each); the fds; the
+ * teardown; an anonymous mapping for a ring. */
+int rdma_post_recv(struct xport *x, uint32_t i);
+int rdma_modify(struct xport *x, struct ibv_qp_attr *a, int mask, const char *what);
+intptr_t rdma_recv(struct xport *x, void *buf, size_t len);
+int rdma_fds(struct xport *x, int *fds, int max);
+size_t rdma_readable(struct xport *x);
+void rdma_teardown(struct xport *x);
+void *rdma_ring_alloc(size_t bytes);
+#define RDMA_RECV_TAG (1ull << 20)   /* wr_id bit of receive completions */
 
 #endif

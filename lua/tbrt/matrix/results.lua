@@ -28,7 +28,12 @@ local function merge_numbers(out, t)
   for k, v in pairs(t) do if type(k) == "string" and type(v) == "number" then out[k] = v end end
 end
 
--- { min=, median=, mean=, p99=, ... } in microseconds from a perf row.
+-- Fields of a perf row that count messages, not time or rate.
+local COUNTS = { iters = true, warmup = true }
+
+-- { min=, median=, mean=, p99=, ... } in microseconds from a perf row:
+-- lat_us (a mean: the first perf), lat_<name>_us (min, typical, mean, p99,
+-- p99_9, max, stdev), or a table of them. perf's "typical" is the median.
 function M.latency(row)
   if type(row) ~= "table" then return nil end
   local out, any = {}, false
@@ -36,14 +41,17 @@ function M.latency(row)
     if type(k) == "string" and k:match("^lat") then
       if type(v) == "number" then
         local name = k:gsub("^latency_?", ""):gsub("^lat_?", ""):gsub("^us_?", ""):gsub("_?us$", "")
-        out[name == "" and "mean" or name] = v
-        any = true
+        if not COUNTS[name] then
+          out[name == "" and "mean" or name] = v
+          any = true
+        end
       elseif type(v) == "table" then
         merge_numbers(out, v)
         any = true
       end
     end
   end
+  if out.typical and not out.median then out.median = out.typical end
   return any and out or nil
 end
 
@@ -51,14 +59,14 @@ end
 -- else the mean.
 function M.lat_value(lat)
   if type(lat) ~= "table" then return nil end
-  return lat.median or lat.p50 or lat.mean or lat.avg
+  return lat.median or lat.typical or lat.p50 or lat.mean or lat.avg
 end
 
 function M.bandwidth(row)
   if type(row) ~= "table" then return nil end
   local out, any = {}, false
   for k, v in pairs(row) do
-    if type(k) == "string" and type(v) == "number" and k:match("^bw_") then
+    if type(k) == "string" and type(v) == "number" and k:match("^bw_") and not COUNTS[k:sub(4)] then
       out[k:sub(4)] = v
       any = true
     elseif k == "bw" and type(v) == "table" then

@@ -386,7 +386,8 @@ end
 local SIZE = 3 * 1024 * 1024 + 12345
 
 local function two_process(role, port_file)
-  local opts = { device = "ibverbs", timeout = 10, fallback = false }
+  local opts = { device = "ibverbs", timeout = 10, fallback = false,
+    framing = os.getenv("TBRT_SHIM_FRAMING") }   -- llama_wire_spec.lua: the llama framings
   local l, err
   if role == "serve" then
     local srv = assert(tbrt.listen("127.0.0.1", 0, opts))
