@@ -158,6 +158,20 @@ r.ucx_bw4m = measure("ucx_perftest sm tag_bw 4 MiB", ucx("tag_bw", 4194304, 300)
 r.qperf_bw64 = measure("qperf tcp_bw 64 KiB", qperf("tcp_bw", 65536))
 r.qperf_bw4m = measure("qperf tcp_bw 4 MiB", qperf("tcp_bw", 4194304))
 
+-- the matrix driver's own overhead per cell, on netns hosts (needs root)
+do
+  local m, why = require("tbrt.matrix.bench").run(tbrt, root)
+  if m then
+    r.matrix_overhead, r.matrix_wall, r.matrix_budget = m.overhead_median, m.cells_wall, m.measure_sum + m.overhead_sum
+    io.stderr:write(string.format("# %-34s median %.3f s, max %.3f s over %d cells (%d not ok); the " ..
+      "command %.2f s (hosts, agents and files %.2f s, cells %.2f s) vs the pairs' measurements %.2f s + " ..
+      "overhead %.2f s\n", "matrix overhead per cell (netns)", m.overhead_median, m.overhead_max, m.cells,
+      m.failed, m.wall, m.wall - m.cells_wall, m.cells_wall, m.measure_sum, m.overhead_sum))
+  else
+    io.stderr:write("# matrix overhead per cell (netns)     NA: " .. tostring(why) .. "\n")
+  end
+end
+
 local function ratio(a, b) return (a and b and b ~= 0) and a / b or nil end
 local function f(v, fmt) return v and string.format(fmt or "%.3f", v) or "NA" end
 local function check(v, want, cmp)
@@ -181,6 +195,9 @@ local rows = {
   { "apple-uc 8 B latency, us (whole strides)", r.apple_lat, r.ucx_lat, "ucx sm tag_lat", nil },
   { "apple-uc 4 MiB bandwidth, GB/s", r.apple_bw4m, r.ucx_bw4m, "ucx sm tag_bw", nil },
 }
+
+table.insert(rows, { "matrix driver overhead per cell, s (netns)", r.matrix_overhead, 1, "(seconds)", "<=", 0.5 })
+table.insert(rows, { "matrix cells' time / (pairs' + overhead)", r.matrix_wall, r.matrix_budget, "sum of pairs", "<=", 1.0 })
 
 print(string.format("%-42s %10s %10s  %-16s %7s  %s", "measure (" .. PERS .. ")", "tbrt", "anchor",
   "anchor is", "ratio", "target"))

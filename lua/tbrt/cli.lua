@@ -19,7 +19,7 @@ local argparse = require("argparse")
 local M = {}
 
 -- The subcommands, in the order --help lists them.
-M.COMMANDS = { "devices" }
+M.COMMANDS = { "devices", "matrix" }
 
 local function command(name)
   for _, c in ipairs(M.COMMANDS) do
