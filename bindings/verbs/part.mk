@@ -1,0 +1,61 @@
+# part.mk - tbrt's libibverbs (bindings/verbs): the C ABI of libibverbs over
+# tbrt's device interface, for unmodified verbs programs (tbrt exec):
+#   $(BUILD)/lib/tbrt/verbs/libibverbs.so.1  rdma-core 44's ABI, symbol versions
+#   $(BUILD)/lib/tbrt/apple/librdma.so       Apple's librdma: unversioned, no GID types
+#   $(BUILD)/lib/tbrt/verbs/libmlx5.so.1, libefa.so.1  stand-ins for the vendor
+#                                            libraries perftest and UCX link (dv/)
+# Each has the core linked in (libtbrt.a, every symbol of it local), so it
+# needs nothing but libc: no RUNPATH, it works wherever it is copied or
+# linked from. `make install` puts them under PREFIX/lib/tbrt/.
+VERBS_DIR     := bindings/verbs
+VERBS_NAMES   := $(notdir $(basename $(wildcard $(VERBS_DIR)/*.c)))
+VERBS_LIBDIR  := $(BUILD)/lib/tbrt/verbs
+APPLE_LIBDIR  := $(BUILD)/lib/tbrt/apple
+VERBS_LINUX   := $(VERBS_LIBDIR)/libibverbs.so.1
+VERBS_APPLE   := $(APPLE_LIBDIR)/librdma.so
+VERBS_OBJ_L   := $(VERBS_NAMES:%=$(BUILD)/obj/verbs/linux/%.o)
+VERBS_OBJ_A   := $(VERBS_NAMES:%=$(BUILD)/obj/verbs/apple/%.o)
+VERBS_LINK     = $(CC) -shared -Wl,-z,defs $(SANITIZE)
+VERBS_LIBS    := $(BUILD)/libtbrt.a -ldl -lpthread -lm
+
+VERBS_DV      := $(VERBS_LIBDIR)/libmlx5.so.1 $(VERBS_LIBDIR)/libefa.so.1
+
+all: $(VERBS_LINUX) $(VERBS_APPLE) $(VERBS_DV)
+
+$(BUILD)/obj/verbs/linux/%.o: $(VERBS_DIR)/%.c $(BUILD)/gen/tbrt_header_hash.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/verbs/apple/%.o: $(VERBS_DIR)/%.c $(BUILD)/gen/tbrt_header_hash.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -DTBRT_VERBS_APPLE -MMD -MP -c $< -o $@
+
+$(VERBS_LINUX): $(VERBS_OBJ_L) $(VERBS_DIR)/libibverbs.map $(BUILD)/libtbrt.a
+	@mkdir -p $(dir $@)
+	$(VERBS_LINK) -Wl,-soname,libibverbs.so.1 -Wl,--version-script=$(VERBS_DIR)/libibverbs.map \
+	  -o $@ $(VERBS_OBJ_L) $(VERBS_LIBS)
+
+$(VERBS_APPLE): $(VERBS_OBJ_A) $(VERBS_DIR)/librdma.map $(BUILD)/libtbrt.a
+	@mkdir -p $(dir $@)
+	$(VERBS_LINK) -Wl,-soname,librdma.so -Wl,--version-script=$(VERBS_DIR)/librdma.map \
+	  -o $@ $(VERBS_OBJ_A) $(VERBS_LIBS)
+
+# the vendor stand-ins need nothing but libc
+$(VERBS_LIBDIR)/libmlx5.so.1: $(VERBS_DIR)/dv/mlx5dv.c $(VERBS_DIR)/dv/dv.h $(VERBS_DIR)/dv/libmlx5.map
+	@mkdir -p $(dir $@)
+	$(VERBS_LINK) $(ALL_CFLAGS) -Wl,-soname,libmlx5.so.1 -Wl,--version-script=$(VERBS_DIR)/dv/libmlx5.map \
+	  -o $@ $<
+
+$(VERBS_LIBDIR)/libefa.so.1: $(VERBS_DIR)/dv/efadv.c $(VERBS_DIR)/dv/dv.h $(VERBS_DIR)/dv/libefa.map
+	@mkdir -p $(dir $@)
+	$(VERBS_LINK) $(ALL_CFLAGS) -Wl,-soname,libefa.so.1 -Wl,--version-script=$(VERBS_DIR)/dv/libefa.map \
+	  -o $@ $<
+
+.PHONY: install-verbs
+install: install-verbs
+install-verbs: all
+	install -d $(DESTDIR)$(PREFIX)/lib/tbrt/verbs $(DESTDIR)$(PREFIX)/lib/tbrt/apple
+	install -m 644 $(VERBS_LIBDIR)/*.so.1 $(DESTDIR)$(PREFIX)/lib/tbrt/verbs/
+	install -m 644 $(VERBS_APPLE) $(DESTDIR)$(PREFIX)/lib/tbrt/apple/
+
+-include $(VERBS_OBJ_L:.o=.d) $(VERBS_OBJ_A:.o=.d)
