@@ -16,7 +16,8 @@ local argparse = require("argparse")
 
 local M = {}
 
-M.USAGE = "usage: tbrt [options] [script [args...]]\n       tbrt devices [-v]"
+M.USAGE = "usage: tbrt [options] [script [args...]]\n       tbrt devices [-v]\n" ..
+  "       tbrt exec [options] -- PROGRAM [ARGS...]"
 
 local DESCRIPTION = "Lua-scriptable RDMA transport runtime. Runs a script as a task on " ..
   "one libuv loop, or an interactive REPL on it."
@@ -120,6 +121,7 @@ end
 function M.parse(argv)
   local n = argv.n or #argv
   local p = build()
+  if argv[1] == "exec" then return require("tbrt.cmd_exec").parse(argv) end
   if argv[1] == "devices" then
     local ok, r = p:pparse({ unpack(argv, 1, n) })
     if not ok then return nil, r end

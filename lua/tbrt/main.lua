@@ -10,6 +10,7 @@
 --   tbrt                          the REPL on a terminal; otherwise stdin
 --                                 is run a chunk at a time (tbrt.repl)
 --   tbrt devices [-v]             list the devices (tbrt.cli)
+--   tbrt exec [opts] -- PROG ...  run PROG on tbrt's libibverbs (tbrt.cmd_exec)
 --   tbrt -v | -h                  version | usage
 --
 -- The command line is parsed by tbrt.cli (lua-argparse); options stop at
@@ -216,6 +217,11 @@ function modes.devices(plan)
     return 1
   end
   return 0
+end
+
+-- tbrt exec: replaces this process with the program (tbrt.cmd_exec)
+function modes.exec(plan)
+  return require("tbrt.cmd_exec").run(plan)
 end
 
 function M.main(argv)
