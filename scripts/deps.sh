@@ -6,8 +6,11 @@
 #   scripts/deps.sh bench     also the anchor tools of `make bench`
 set -eu
 
+# ibverbs-utils, perftest, rdmacm-utils: Debian's verbs programs, run
+# unmodified on tbrt's libibverbs by spec/verbs_programs_spec.lua
 PKGS="build-essential pkg-config luajit libluajit-5.1-dev libuv1-dev lua-luv lua-luv-dev
-libibverbs-dev lua-busted lua-cjson lua-argparse iproute2 procps"
+libibverbs-dev lua-busted lua-cjson lua-argparse iproute2 procps
+ibverbs-utils perftest rdmacm-utils"
 if [ "${1:-}" = bench ]; then
   PKGS="$PKGS qperf ucx-utils libucx0 gnuplot-nox"
 fi
