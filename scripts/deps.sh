@@ -7,10 +7,11 @@
 set -eu
 
 # ibverbs-utils, perftest, rdmacm-utils: Debian's verbs programs, run
-# unmodified on tbrt's libibverbs by spec/verbs_programs_spec.lua
+# unmodified on tbrt's libibverbs by spec/verbs_programs_spec.lua; librdmacm-dev:
+# rdma/rdma_cma.h, the API tbrt's own librdmacm (bindings/verbs/rdmacm) implements
 PKGS="build-essential pkg-config luajit libluajit-5.1-dev libuv1-dev lua-luv lua-luv-dev
 libibverbs-dev lua-busted lua-cjson lua-argparse iproute2 procps
-ibverbs-utils perftest rdmacm-utils"
+ibverbs-utils perftest rdmacm-utils librdmacm-dev"
 if [ "${1:-}" = bench ]; then
   PKGS="$PKGS qperf ucx-utils libucx0 gnuplot-nox"
 fi

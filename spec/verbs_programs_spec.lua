@@ -1,8 +1,9 @@
 -- verbs_programs_spec.lua - Debian's own verbs programs, unmodified, on
 -- tbrt's libibverbs through `tbrt exec` (bindings/verbs): ibv_devices,
--- ibv_devinfo, the ibv_*_pingpong tools and perftest, each checked on its
--- own output, server and client as two processes over the soft device's
--- shared-memory wire. What the device cannot do yet (SRQ, atomics) must fail
+-- ibv_devinfo, the ibv_*_pingpong tools, perftest, and the RDMA CM ones
+-- (rping, ucmatose, rdma_server/rdma_client, perftest -R) on tbrt's
+-- librdmacm, each checked on its own output, server and client as two
+-- processes over the soft device's shared-memory wire. What the device cannot do yet (SRQ, atomics) must fail
 -- the way a libibverbs device without the feature fails: the program's own
 -- error, no crash, and the reason under TBRT_DEBUG. Iteration counts are
 -- small: these prove the programs run, `make bench` measures them.
@@ -11,7 +12,8 @@ local X = require("programs")
 
 local PROGRAMS = { "ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "ibv_uc_pingpong",
   "ibv_ud_pingpong", "ibv_srq_pingpong", "ib_send_bw", "ib_send_lat", "ib_write_bw",
-  "ib_write_lat", "ib_read_bw", "ib_read_lat", "ib_atomic_lat" }
+  "ib_write_lat", "ib_read_bw", "ib_read_lat", "ib_atomic_lat", "rping", "ucmatose",
+  "rdma_server", "rdma_client" }
 
 local missing = {}
 for _, p in ipairs(PROGRAMS) do
@@ -218,6 +220,72 @@ describe("Debian's verbs programs on tbrt's libibverbs (tbrt exec)", function()
       local d = X.describe(srv, cli)
       assert.is_true(srv.code ~= 0, d)
       contains(srv.stderr, "tbrt verbs: ibv_create_srq: EOPNOTSUPP")
+    end)
+  end)
+
+  describe("the RDMA CM (tbrt's librdmacm over TCP)", function()
+    local function ends(srv, cli)
+      local d = ok_pair(srv, cli)
+      return d
+    end
+
+    it("rping: RDMA READ and WRITE of 10 pings, data checked (-V), rdma-cm making the QP", function()
+      local port = X.free_port()
+      local srv, cli = X.pair({}, { port = port, port_flag = false, address = false,
+        server_argv = { "rping", "-s", "-a", "127.0.0.1", "-p", tostring(port), "-C", "10", "-V" },
+        client_argv = { "rping", "-c", "-a", "127.0.0.1", "-p", tostring(port), "-C", "10", "-V",
+          "-v" } })
+      local d = ends(srv, cli)
+      for i = 0, 9 do contains(cli.stdout, "ping data: rdma-ping-" .. i .. ": ", d) end
+      contains(srv.stderr, "server DISCONNECT EVENT", d)
+    end)
+
+    it("rping -q: the program makes and moves its own QP (rdma_init_qp_attr, rdma_establish)", function()
+      local port = X.free_port()
+      local srv, cli = X.pair({}, { port = port, port_flag = false, address = false,
+        server_argv = { "rping", "-s", "-q", "-a", "127.0.0.1", "-p", tostring(port), "-C", "5", "-v" },
+        client_argv = { "rping", "-c", "-q", "-a", "127.0.0.1", "-p", tostring(port), "-C", "5", "-v" } })
+      local d = ends(srv, cli)
+      contains(cli.stdout, "ping data: rdma-ping-4: ", d)
+      contains(srv.stdout, "server ping data: rdma-ping-4: ", d)
+    end)
+
+    it("ucmatose: connect, sends both ways, disconnect", function()
+      local port = X.free_port()
+      local srv, cli = X.pair({}, { port = port, port_flag = false, address = false,
+        server_argv = { "ucmatose", "-p", tostring(port) },
+        client_argv = { "ucmatose", "-s", "127.0.0.1", "-p", tostring(port) } })
+      local d = ends(srv, cli)
+      for _, r in ipairs { srv, cli } do
+        contains(r.stdout, "data transfers complete", d)
+        contains(r.stdout, "return status 0", d)
+      end
+      contains(srv.stdout, "disconnected", d)
+    end)
+
+    it("rdma_server / rdma_client: the synchronous API (rdma_getaddrinfo, rdma_create_ep, " ..
+      "rdma_get_request)", function()
+      local port = X.free_port()
+      local srv, cli = X.pair({}, { port = port, port_flag = false, address = false,
+        server_argv = { "rdma_server", "-p", tostring(port) },
+        client_argv = { "rdma_client", "-s", "127.0.0.1", "-p", tostring(port) } })
+      local d = ends(srv, cli)
+      contains(srv.stdout, "rdma_server: end 0", d)
+      contains(cli.stdout, "rdma_client: end 0", d)
+    end)
+
+    it("perftest -R: ib_send_bw, ib_send_lat, ib_write_bw, ib_read_lat, and ib_send_bw over UD", function()
+      for _, argv in ipairs {
+        { "ib_send_bw", "-R", "-n", "200" }, { "ib_send_lat", "-R", "-n", "200" },
+        { "ib_write_bw", "-R", "-n", "200" }, { "ib_read_lat", "-R", "-n", "200" },
+        { "ib_send_bw", "-R", "-n", "200", "-c", "UD" } } do
+        local srv, cli = X.pair(argv)
+        local d = ok_pair(srv, cli)
+        contains(cli.stdout, "Data ex. method : rdma_cm", d)
+        local row = perftest_row(cli.stdout)
+        assert(row, d)
+        assert.equal(200, row[2], d)
+      end
     end)
   end)
 end)

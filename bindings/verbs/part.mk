@@ -4,6 +4,8 @@
 #   $(BUILD)/lib/tbrt/apple/librdma.so       Apple's librdma: unversioned, no GID types
 #   $(BUILD)/lib/tbrt/verbs/libmlx5.so.1, libefa.so.1  stand-ins for the vendor
 #                                            libraries perftest and UCX link (dv/)
+#   $(BUILD)/lib/tbrt/verbs/librdmacm.so.1   the RDMA CM over TCP (rdmacm/), on
+#                                            top of the libibverbs beside it
 # Each has the core linked in (libtbrt.a, every symbol of it local), so it
 # needs nothing but libc: no RUNPATH, it works wherever it is copied or
 # linked from. `make install` puts them under PREFIX/lib/tbrt/.
@@ -19,8 +21,11 @@ VERBS_LINK     = $(CC) -shared -Wl,-z,defs $(SANITIZE)
 VERBS_LIBS    := $(BUILD)/libtbrt.a -ldl -lpthread -lm
 
 VERBS_DV      := $(VERBS_LIBDIR)/libmlx5.so.1 $(VERBS_LIBDIR)/libefa.so.1
+RDMACM        := $(VERBS_LIBDIR)/librdmacm.so.1
+RDMACM_NAMES  := $(notdir $(basename $(wildcard $(VERBS_DIR)/rdmacm/*.c)))
+RDMACM_OBJ    := $(RDMACM_NAMES:%=$(BUILD)/obj/verbs/rdmacm/%.o)
 
-all: $(VERBS_LINUX) $(VERBS_APPLE) $(VERBS_DV)
+all: $(VERBS_LINUX) $(VERBS_APPLE) $(VERBS_DV) $(RDMACM)
 
 $(BUILD)/obj/verbs/linux/%.o: $(VERBS_DIR)/%.c $(BUILD)/gen/tbrt_header_hash.h
 	@mkdir -p $(dir $@)
@@ -51,6 +56,15 @@ $(VERBS_LIBDIR)/libefa.so.1: $(VERBS_DIR)/dv/efadv.c $(VERBS_DIR)/dv/dv.h $(VERB
 	$(VERBS_LINK) $(ALL_CFLAGS) -Wl,-soname,libefa.so.1 -Wl,--version-script=$(VERBS_DIR)/dv/libefa.map \
 	  -o $@ $<
 
+$(BUILD)/obj/verbs/rdmacm/%.o: $(VERBS_DIR)/rdmacm/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+# linked with the libibverbs.so.1 beside it, at its symbol versions
+$(RDMACM): $(RDMACM_OBJ) $(VERBS_DIR)/rdmacm/librdmacm.map $(VERBS_LINUX)
+	$(VERBS_LINK) -Wl,-soname,librdmacm.so.1 -Wl,--version-script=$(VERBS_DIR)/rdmacm/librdmacm.map \
+	  -o $@ $(RDMACM_OBJ) -L$(VERBS_LIBDIR) -l:libibverbs.so.1 -lpthread
+
 .PHONY: install-verbs
 install: install-verbs
 install-verbs: all
@@ -58,4 +72,4 @@ install-verbs: all
 	install -m 644 $(VERBS_LIBDIR)/*.so.1 $(DESTDIR)$(PREFIX)/lib/tbrt/verbs/
 	install -m 644 $(VERBS_APPLE) $(DESTDIR)$(PREFIX)/lib/tbrt/apple/
 
--include $(VERBS_OBJ_L:.o=.d) $(VERBS_OBJ_A:.o=.d)
+-include $(VERBS_OBJ_L:.o=.d) $(VERBS_OBJ_A:.o=.d) $(RDMACM_OBJ:.o=.d)

@@ -83,12 +83,15 @@ function X.exec(argv, opts)
     timeout = opts.timeout or X.TIMEOUT })
 end
 
--- argv as a server (with "-p PORT" added unless opts.port_flag = false)
--- and as a client (the same, then opts.client_extra, then the address),
--- the client started once the server listens. Returns both results.
+-- argv as a server (with "-p PORT" added: opts.port_flag names another
+-- flag, false none) and as a client (the same, then opts.client_extra, then
+-- the address unless opts.address is false), or opts.server_argv and
+-- opts.client_argv; the client starts once the server listens. Returns
+-- both results.
 function X.pair(argv, opts)
   opts = opts or {}
   local port = opts.port or X.free_port()
+  X.last_port = port
   local function with_port(list)
     local a = {}
     for _, w in ipairs(list) do a[#a + 1] = w end
@@ -101,7 +104,7 @@ function X.pair(argv, opts)
   local srv_argv = with_port(opts.server_argv or argv)
   local cli_argv = with_port(opts.client_argv or argv)
   for _, w in ipairs(opts.client_extra or {}) do cli_argv[#cli_argv + 1] = w end
-  cli_argv[#cli_argv + 1] = opts.address or "127.0.0.1"
+  if opts.address ~= false then cli_argv[#cli_argv + 1] = opts.address or "127.0.0.1" end
   local srv, cli
   task.run(function()
     local ts = task.spawn(function() return X.exec(srv_argv, opts) end)
