@@ -65,6 +65,16 @@ $(RDMACM): $(RDMACM_OBJ) $(VERBS_DIR)/rdmacm/librdmacm.map $(VERBS_LINUX)
 	$(VERBS_LINK) -Wl,-soname,librdmacm.so.1 -Wl,--version-script=$(VERBS_DIR)/rdmacm/librdmacm.map \
 	  -o $@ $(RDMACM_OBJ) -L$(VERBS_LIBDIR) -l:libibverbs.so.1 -lpthread
 
+# The spec's ABI check (spec/support/verbs_abi): a verbs program built like
+# any user's, against Debian's headers and -libverbs; spec/verbs_abi_spec.lua
+# runs it on this library through tbrt exec.
+ABI_CHECK     := $(BUILD)/test/verbs_abi_check
+ABI_CHECK_SRC := $(wildcard spec/support/verbs_abi/*.c)
+all: $(ABI_CHECK)
+$(ABI_CHECK): $(ABI_CHECK_SRC) spec/support/verbs_abi/abi_check.h $(VERBS_DIR)/compat_1_0.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $(ABI_CHECK_SRC) -libverbs -ldl -lpthread
+
 .PHONY: install-verbs
 install: install-verbs
 install-verbs: all
