@@ -158,7 +158,8 @@ describe("tbrt's libibverbs as an ABI", function()
       assert.equal(24, #oks)
     end)
 
-    it("three threads on one context: 20000 messages in order, queries all the while", function()
+    it("five threads on one context: two senders on one QP, two pollers of one CQ, a querier; " ..
+      "20000 messages each exactly once", function()
       local oks = run("threads")
       assert.equal(4, #oks)
     end)
