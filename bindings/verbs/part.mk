@@ -6,6 +6,8 @@
 #                                            libraries perftest and UCX link (dv/)
 #   $(BUILD)/lib/tbrt/verbs/librdmacm.so.1   the RDMA CM over TCP (rdmacm/), on
 #                                            top of the libibverbs beside it
+#   $(BUILD)/lib/pkgconfig/librdma.pc        links a program against the Apple
+#                                            flavor (pkg-config --libs librdma)
 # Each has the core linked in (libtbrt.a, every symbol of it local), so it
 # needs nothing but libc: no RUNPATH, it works wherever it is copied or
 # linked from. `make install` puts them under PREFIX/lib/tbrt/.
@@ -25,7 +27,29 @@ RDMACM        := $(VERBS_LIBDIR)/librdmacm.so.1
 RDMACM_NAMES  := $(notdir $(basename $(wildcard $(VERBS_DIR)/rdmacm/*.c)))
 RDMACM_OBJ    := $(RDMACM_NAMES:%=$(BUILD)/obj/verbs/rdmacm/%.o)
 
-all: $(VERBS_LINUX) $(VERBS_APPLE) $(VERBS_DV) $(RDMACM)
+LIBRDMA_PC    := $(BUILD)/lib/pkgconfig/librdma.pc
+
+all: $(VERBS_LINUX) $(VERBS_APPLE) $(VERBS_DV) $(RDMACM) $(LIBRDMA_PC)
+
+# Apple-targeting code builds on Linux against Debian's verbs.h and this
+# library, and runs with tbrt exec --apple. Written for the build tree;
+# make install writes the installed one.
+define LIBRDMA_PC_TEXT
+prefix=$(1)
+libdir=$${prefix}/lib/tbrt/apple
+
+Name: librdma
+Description: tbrt's Apple-flavored librdma (TN3205 verbs: UC, untyped GIDs) on the soft device; run programs with tbrt exec --apple
+Version: 0.1.0
+Libs: -L$${libdir} -lrdma
+Cflags:
+endef
+export LIBRDMA_PC_BUILD = $(call LIBRDMA_PC_TEXT,$(abspath $(BUILD)))
+export LIBRDMA_PC_INSTALL = $(call LIBRDMA_PC_TEXT,$(PREFIX))
+
+$(LIBRDMA_PC): $(VERBS_DIR)/part.mk
+	@mkdir -p $(dir $@)
+	@printf '%s\n' "$$LIBRDMA_PC_BUILD" > $@
 
 $(BUILD)/obj/verbs/linux/%.o: $(VERBS_DIR)/%.c $(BUILD)/gen/tbrt_header_hash.h
 	@mkdir -p $(dir $@)
@@ -81,5 +105,7 @@ install-verbs: all
 	install -d $(DESTDIR)$(PREFIX)/lib/tbrt/verbs $(DESTDIR)$(PREFIX)/lib/tbrt/apple
 	install -m 644 $(VERBS_LIBDIR)/*.so.1 $(DESTDIR)$(PREFIX)/lib/tbrt/verbs/
 	install -m 644 $(VERBS_APPLE) $(DESTDIR)$(PREFIX)/lib/tbrt/apple/
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	@printf '%s\n' "$$LIBRDMA_PC_INSTALL" > $(DESTDIR)$(PREFIX)/lib/pkgconfig/librdma.pc
 
 -include $(VERBS_OBJ_L:.o=.d) $(VERBS_OBJ_A:.o=.d) $(RDMACM_OBJ:.o=.d)

@@ -156,6 +156,17 @@ end
 
 local function setenv(k, v) ffi.C.setenv(k, v, 1) end
 
+-- The program's file: as given when it has a slash, else found on PATH.
+local function find_program(name)
+  if name:find("/", 1, true) then return name end
+  for dir in (os.getenv("PATH") or "/usr/bin:/bin"):gmatch("[^:]+") do
+    if exists(dir .. "/" .. name) then return dir .. "/" .. name end
+  end
+  return nil
+end
+
+
+
 -- The environment plan.program will see: { {name, value} ... } and the
 -- notes to print. Separate from run() so specs can check it.
 function M.environment(plan)
@@ -203,6 +214,20 @@ function M.run(plan)
   if plan.help then
     print(M.help())
     return 0
+  end
+  if plan.apple then
+    -- the Apple flavor is a library of its own name: a libibverbs program
+    -- would load the system's libibverbs beside it and never reach tbrt
+    local file = find_program(plan.program)
+    local libs = file and require("tbrt.elf").needed(file)
+    local set = {}
+    for _, l in ipairs(libs or {}) do set[l] = true end
+    if set["libibverbs.so.1"] and not set["librdma.so"] then
+      io.stderr:write(string.format("tbrt: exec --apple: %s links libibverbs.so.1, not librdma: " ..
+        "the Apple flavor is for programs built against Apple's librdma (pkg-config --libs " ..
+        "librdma); run a libibverbs program with --personality apple-uc\n", file))
+      return 1
+    end
   end
   local env, notes = M.environment(plan)
   if not env then
