@@ -8,10 +8,11 @@ set -eu
 
 # ibverbs-utils, perftest, rdmacm-utils: Debian's verbs programs, run
 # unmodified on tbrt's libibverbs by spec/verbs_programs_spec.lua; librdmacm-dev:
-# rdma/rdma_cma.h, the API tbrt's own librdmacm (bindings/verbs/rdmacm) implements
+# rdma/rdma_cma.h, the API tbrt's own librdmacm (bindings/verbs/rdmacm) implements;
+# ucx-utils: ucx_perftest on tbrt's libibverbs (spec/verbs_ucx_spec.lua)
 PKGS="build-essential pkg-config luajit libluajit-5.1-dev libuv1-dev lua-luv lua-luv-dev
 libibverbs-dev lua-busted lua-cjson lua-argparse iproute2 procps
-ibverbs-utils perftest rdmacm-utils librdmacm-dev"
+ibverbs-utils perftest rdmacm-utils librdmacm-dev ucx-utils util-linux"
 if [ "${1:-}" = bench ]; then
   PKGS="$PKGS qperf ucx-utils libucx0 gnuplot-nox"
 fi
