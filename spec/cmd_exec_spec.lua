@@ -107,3 +107,32 @@ describe("tbrt exec", function()
     end
   end)
 end)
+
+describe("tbrt exec after make install", function()
+  local prefix
+  local clean_env = { TBRT_BUILD = false, TBRT_LIB = false, LUA_PATH = false, MAKEFLAGS = false,
+    MAKELEVEL = false, MFLAGS = false, TBRT_VERBS_LIBDIR = false }
+
+  setup(function()
+    prefix = H.tmpdir()
+    local r = H.run("/usr/bin/make", { "-C", H.root, "-o", "all", "install", "BUILD=" .. H.build,
+      "PREFIX=" .. prefix }, { env = clean_env, timeout = 60 })
+    assert(r.code == 0 and not r.timed_out, "make install failed: " .. H.describe(r))
+  end)
+  teardown(function() H.rmtree(prefix) end)
+
+  it("installs the libraries under PREFIX/lib/tbrt/ and runs a program on them", function()
+    if not require("programs").have("ibv_devices") then pending("ibverbs-utils not installed") return end
+    for _, f in ipairs { "verbs/libibverbs.so.1", "verbs/librdmacm.so.1", "verbs/libmlx5.so.1",
+      "verbs/libefa.so.1", "apple/librdma.so" } do
+      assert(io.open(prefix .. "/lib/tbrt/" .. f), f .. " not installed")
+    end
+    local pc = H.read_file(prefix .. "/lib/pkgconfig/librdma.pc")
+    assert.matches("prefix=" .. prefix:gsub("%p", "%%%0") .. "\n", pc)
+    local r = H.run(prefix .. "/bin/tbrt", { "exec", "--", "sh", "-c",
+      "echo $LD_LIBRARY_PATH; ibv_devices" }, { env = clean_env, cwd = "/" })
+    assert.equal(0, r.code, H.describe(r))
+    assert.equal(prefix .. "/lib/tbrt/verbs", r.stdout:match("^[^:\n]+"))
+    assert.matches("softib0%s+0254420000000000", r.stdout)
+  end)
+end)

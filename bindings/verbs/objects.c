@@ -307,7 +307,7 @@ static int find_gid_index(struct ibv_context *context, uint8_t port, const union
 {
     struct vb_ctx *c = vb_ctx_of(context);
     struct ibv_port_attr pa;
-    int found = -1, untyped = -1;
+    int found = -1, other_type = -1;
     vb_lock(c);
     int rc = tbrt_port_query(c->dev, port, &pa);
     for (int i = 0; rc == 0 && found < 0 && i < pa.gid_tbl_len; i++) {
@@ -317,8 +317,8 @@ static int find_gid_index(struct ibv_context *context, uint8_t port, const union
             continue;
         if (r == 1 || (int)e.gid_type == want_type)
             found = i;
-        else if (untyped < 0)
-            untyped = i;
+        else if (other_type < 0)
+            other_type = i;
     }
     if (rc)
         vb_failed("ibv_init_ah_from_wc", rc, c->dev);
@@ -328,7 +328,7 @@ static int find_gid_index(struct ibv_context *context, uint8_t port, const union
         return -1;
     }
     if (found < 0)
-        found = untyped;
+        found = other_type;
     if (found < 0) {
         vb_say("ibv_init_ah_from_wc", ENOENT, "the GRH's destination GID is not one of port "
                "%u's", port);
@@ -337,7 +337,6 @@ static int find_gid_index(struct ibv_context *context, uint8_t port, const union
     return found;
 }
 
-#define VB_GRH_NEXT_HDR_IB 0x1b /* IBA: a GRH followed by the BTH */
 
 /* What a reply to the sender of wc needs, from the GRH the receive got
  * (IPv6 form, as the soft device writes it, or RoCE v2's IPv4 form). */
