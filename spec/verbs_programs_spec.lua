@@ -146,6 +146,16 @@ describe("Debian's verbs programs on tbrt's libibverbs (tbrt exec)", function()
       check_pingpong(srv, cli, 300)
     end)
 
+    it("under apple-uc, ibv_uc_pingpong meets Apple's rule for memory (TN3205) before anything else", function()
+      -- its buffer is registered LOCAL_WRITE only; Apple's provider refuses that
+      local r = X.exec({ "ibv_uc_pingpong", "-g", "1", "-i", "2" },
+        { exec = { "--personality", "apple-uc", "--debug" } })
+      assert.equal(1, r.code, H.describe(r))
+      contains(r.stderr, "Couldn't register MR")
+      contains(r.stderr, "tbrt verbs: ibv_reg_mr: EINVAL: soft0 (apple-uc): reg_mr: access 0x1 " ..
+        "lacks LOCAL_WRITE|REMOTE_READ|REMOTE_WRITE")
+    end)
+
     it("ibv_srq_pingpong fails as on a device without SRQs, saying why under TBRT_DEBUG", function()
       -- each end fails while it sets up, before any connection
       for _, argv in ipairs { { "ibv_srq_pingpong", "-g", "3" },

@@ -255,7 +255,7 @@ int ibv_destroy_cq(struct ibv_cq *cq)
     }
     pthread_mutex_destroy(&cq->mutex);
     pthread_cond_destroy(&cq->cond);
-    vb_trace(q->is_ex ? "ibv_destroy_cq_ex" : "ibv_destroy_cq");
+    vb_trace("ibv_destroy_cq");
     free(q);
     return 0;
 }
