@@ -117,7 +117,7 @@ struct cm_id {
     bool disconnect_reported;
     uint64_t serial;            /* the service thread finds ids by it */
     bool own_cqs;               /* rdma_create_qp made the CQs (and channels) */
-    uint64_t connect_deadline_ns;
+    uint64_t connect_deadline_ns;   /* active: the TCP connect; child: its REQ */
     int events_out;             /* reported, not yet acked */
     bool destroying;
     struct ibv_sa_path_rec path;
@@ -173,6 +173,12 @@ struct cm_dev *cm_devs(int *n);
 void cm_link(struct cm_id *id);
 void cm_unlink(struct cm_id *id);
 struct cm_id *cm_first_id(void);
+/* Close and free an id nobody holds (cm_lock held). */
+void cm_free_id(struct cm_id *id);
+/* A listener keeps at most this many connections that have not yet sent
+ * their REQ (the oldest makes room for a new one), each for at most
+ * CM_CONNECT_TIMEOUT_MS: a peer cannot make it hold more. */
+#define CM_PENDING_MAX 64
 /* Find our device, port and GID for a local address; 0 or -errno. */
 int cm_bind_local(struct cm_id *id, const struct sockaddr *addr);
 void cm_fill_route(struct cm_id *id);

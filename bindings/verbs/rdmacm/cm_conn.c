@@ -443,6 +443,20 @@ void cm_conn_lost(struct cm_id *id, int err, const char *why)
 
 void cm_incoming(struct cm_id *l, int sock)
 {
+    /* room for this one: the longest-silent connection goes first */
+    int pending = 0;
+    struct cm_id *oldest = NULL;
+    for (struct cm_id *o = cm_first_id(); o; o = o->next_all)
+        if (o->listener == l && !o->reported) {
+            pending++;
+            if (!oldest || o->serial < oldest->serial)
+                oldest = o;
+        }
+    if (pending >= CM_PENDING_MAX && oldest) {
+        cm_say("rdma_listen", EAGAIN, "%d connections wait to send their request: the oldest "
+               "(id %llu) is closed", pending, (unsigned long long)oldest->serial);
+        cm_free_id(oldest);
+    }
     struct cm_id *c = calloc(1, sizeof *c);
     if (!c) {
         close(sock);
@@ -457,6 +471,7 @@ void cm_incoming(struct cm_id *l, int sock)
     c->pub.ps = l->pub.ps;
     c->pub.qp_type = l->pub.qp_type;
     c->psn = (l->psn * 1103515245u + 12345u + (uint32_t)sock) & 0xffffff;
+    c->connect_deadline_ns = now_ns() + CM_CONNECT_TIMEOUT_MS * 1000000ull;  /* for its REQ */
     struct sockaddr_storage a;
     socklen_t len = sizeof a;
     if (getpeername(sock, (struct sockaddr *)&a, &len) == 0)

@@ -135,7 +135,7 @@ void cm_link(struct cm_id *id)
 }
 
 /* cm_lock held */
-static void free_id(struct cm_id *id)
+void cm_free_id(struct cm_id *id)
 {
     cm_service_forget(id);
     if (id->sock >= 0)
@@ -178,11 +178,11 @@ int rdma_destroy_id(struct rdma_cm_id *rid)
     for (struct cm_id *c = cm_first_id(), *n; c; c = n) {
         n = c->next_all;
         if (c->listener == id && !c->reported)
-            free_id(c);
+            cm_free_id(c);
         else if (c->listener == id)
             c->listener = NULL;
     }
-    free_id(id);
+    cm_free_id(id);
     pthread_mutex_unlock(&cm_lock);
     return 0;
 }

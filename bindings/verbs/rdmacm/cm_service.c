@@ -92,12 +92,22 @@ static void on_readable(struct cm_id *id)
     }
 }
 
+/* Connects that take too long fail; connections that never send their
+ * REQ are closed (nobody holds them). */
 static void expire(void)
 {
     uint64_t now = now_ns();
-    for (struct cm_id *id = cm_first_id(); id; id = id->next_all)
+    for (struct cm_id *id = cm_first_id(), *next; id; id = next) {
+        next = id->next_all;
         if (id->state == CS_CONNECTING && now > id->connect_deadline_ns)
             cm_conn_lost(id, ETIMEDOUT, "the TCP connect took too long");
+        else if (id->listener && !id->reported && id->state == CS_IDLE &&
+                 now > id->connect_deadline_ns) {
+            cm_say("rdma_listen", ETIMEDOUT, "a connection sent no request within %d ms",
+                   CM_CONNECT_TIMEOUT_MS);
+            cm_free_id(id);
+        }
+    }
 }
 
 static void *service(void *arg)
@@ -121,6 +131,9 @@ static void *service(void *arg)
                     cm_connected(id, err);
             } else {
                 on_readable(id);
+                /* a connection that failed before its request: nobody knows it */
+                if (id->listener && !id->reported && id->state == CS_ERROR)
+                    cm_free_id(id);
             }
         }
         expire();
