@@ -200,6 +200,11 @@ void cm_process_reply(struct cm_event *e);
 /* Start the service thread once; watch (or stop watching) id's socket. */
 int cm_service_watch(struct cm_id *id, bool writable);
 void cm_service_forget(struct cm_id *id);
+/* RoCE defaults of the kernel's CM (as rdma_init_qp_attr reports them) */
+#define CM_MIN_RNR_TIMER 12
+#define CM_ACK_TIMEOUT 14
+#define CM_HOP_LIMIT 64
+
 /* Connect deadlines are checked once a while */
 #define CM_CONNECT_TIMEOUT_MS 5000
 

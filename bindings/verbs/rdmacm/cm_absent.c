@@ -1,14 +1,55 @@
-/* rsocket.c - the rsockets API (rdma/rsocket.h: sockets carried by RDMA
- * QPs), which this librdmacm does not provide: each call fails with
- * EOPNOTSUPP and says so under TBRT_DEBUG. rsockets need their own stream
- * protocol on top of the QPs (credits, flow control, iomap), a larger job
- * than the connection manager; programs that want sockets can use TCP. */
+/* cm_absent.c - what this librdmacm does not provide, each failing with
+ * EOPNOTSUPP and saying so under TBRT_DEBUG: multicast (the soft device has
+ * no groups), ECE (no vendor options), and the rsockets API (rdma/rsocket.h:
+ * sockets carried by RDMA QPs), which needs its own stream protocol on top
+ * of the QPs (credits, flow control, iomap), a larger job than the
+ * connection manager; programs that want sockets can use TCP. */
 #include <errno.h>
 #include <rdma/rsocket.h>
 
 #include "cm.h"
 
 #pragma GCC diagnostic ignored "-Wunused-parameter"
+
+int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
+{
+    (void)id, (void)event;
+    return 0;                   /* the CM here needs no word of the QP's first event */
+}
+
+int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
+{
+    (void)id, (void)addr, (void)context;
+    return cm_fail("rdma_join_multicast", EOPNOTSUPP, "the soft device has no multicast groups");
+}
+
+int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr,
+                           void *context)
+{
+    (void)id, (void)attr, (void)context;
+    return cm_fail("rdma_join_multicast_ex", EOPNOTSUPP, "the soft device has no multicast "
+                   "groups");
+}
+
+int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+    (void)id, (void)addr;
+    return cm_fail("rdma_leave_multicast", EOPNOTSUPP, "the soft device has no multicast groups");
+}
+
+int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+    (void)id, (void)ece;
+    return cm_fail("rdma_set_local_ece", EOPNOTSUPP, "no vendor options to negotiate");
+}
+
+int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+    (void)id, (void)ece;
+    return cm_fail("rdma_get_remote_ece", EOPNOTSUPP, "no vendor options to negotiate");
+}
+
+/* ---- rsockets ---------------------------------------------------------------------------- */
 
 static int no(const char *call)
 {
