@@ -36,7 +36,7 @@ HEADERS   := core/include/tbrt.h $(filter-out core/include/tbrt.h,$(sort $(wildc
 # Generated tables (mlx5 layouts etc.) live in $(BUILD)/gen; parts add to
 # GEN_HEADERS in their own makefile fragment (core/<part>/part.mk).
 GEN_HEADERS :=
--include $(wildcard core/*/part.mk)
+-include $(wildcard core/*/part.mk bindings/*/part.mk)
 
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -g $(OPT) -fPIC \
                -Icore/include -Icore -I$(BUILD)/gen $(SANITIZE)

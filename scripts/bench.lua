@@ -4,7 +4,9 @@
 --   soft (shared memory), C-driven (build/tbrt-bench) and Lua-driven
 --   (scripts/pair.lua): 8 B one-way latency, 64 KiB and 4 MiB streaming
 --   against UCX's ucx_perftest with UCX_TLS=sm (tag_lat, tag_bw);
---   the tcp link at 64 KiB and 4 MiB against qperf tcp_bw.
+--   the tcp link at 64 KiB and 4 MiB against qperf tcp_bw;
+--   Debian's perftest on tbrt's libibverbs (tbrt exec): ib_send_lat -s 8
+--   and ib_send_bw -s 65536, against the same ucx_perftest figures.
 --
 -- Prints one table (tbrt, anchor, ratio, target) and writes the figures as
 -- JSON to build*/bench.json. Environment: TBRT_BENCH_RUNS (5),
@@ -121,6 +123,26 @@ local function ucx(test, size, n)
   end
 end
 
+-- perftest through `tbrt exec` (bindings/verbs): ib_send_lat's typical
+-- (median) one-way latency in us, ib_send_bw's average in GB/s (perftest's
+-- MB are MiB, as UCX's).
+local function perftest(prog, size, iters)
+  return function()
+    if sh("command -v " .. prog) == "" then return nil, prog .. " not installed (perftest)" end
+    local p = next_port()
+    local run = string.format("%s exec --personality %s -- %s -s %d -n %d -p %d", tbrt, PERS, prog,
+      size, iters, p)
+    local stop = server("timeout 60 " .. run)
+    local out = sh("timeout 60 " .. run .. " 127.0.0.1")
+    stop()
+    local row = out:match("#bytes[^\n]*\n%s*(%d[^\n]*)")
+    local f = {}
+    for x in (row or ""):gmatch("[%d.]+") do f[#f + 1] = tonumber(x) end
+    if prog == "ib_send_lat" then return f[5], out:sub(-200) end
+    return f[4] and f[4] * 1048576 / 1e9, out:sub(-200)
+  end
+end
+
 local function qperf(test, size)
   return function()
     if sh("command -v qperf") == "" then return nil, "qperf not installed" end
@@ -155,6 +177,8 @@ r.apple_bw4m = measure("tbrt soft apple-uc C bw 4 MiB", c_bench("soft", "apple-u
 r.ucx_lat = measure("ucx_perftest sm tag_lat 8 B", ucx("tag_lat", 8, 100000))
 r.ucx_bw64 = measure("ucx_perftest sm tag_bw 64 KiB", ucx("tag_bw", 65536, 20000))
 r.ucx_bw4m = measure("ucx_perftest sm tag_bw 4 MiB", ucx("tag_bw", 4194304, 300))
+r.pt_lat = measure("perftest ib_send_lat 8 B (tbrt exec)", perftest("ib_send_lat", 8, 20000))
+r.pt_bw64 = measure("perftest ib_send_bw 64 KiB (tbrt exec)", perftest("ib_send_bw", 65536, 20000))
 r.qperf_bw64 = measure("qperf tcp_bw 64 KiB", qperf("tcp_bw", 65536))
 r.qperf_bw4m = measure("qperf tcp_bw 4 MiB", qperf("tcp_bw", 4194304))
 
@@ -187,6 +211,8 @@ local rows = {
   { "soft 8 B one-way latency, us (Lua)", r.lua_lat, r.ucx_lat, "ucx sm tag_lat", "<=", 1.0 },
   { "soft 64 KiB bandwidth, GB/s (Lua)", r.lua_bw64, r.ucx_bw64, "ucx sm tag_bw", ">=", 1.0 },
   { "soft 4 MiB bandwidth, GB/s (Lua)", r.lua_bw4m, r.ucx_bw4m, "ucx sm tag_bw", ">=", 1.0 },
+  { "perftest ib_send_lat 8 B, us (tbrt exec)", r.pt_lat, r.ucx_lat, "ucx sm tag_lat", "<=", 1.0 },
+  { "perftest ib_send_bw 64 KiB, GB/s (exec)", r.pt_bw64, r.ucx_bw64, "ucx sm tag_bw", ">=", 1.0 },
   { "tcp 64 KiB bandwidth, GB/s (C)", r.tcp_bw64, r.qperf_bw64, "qperf tcp_bw", ">=", 0.9 },
   { "tcp 4 MiB bandwidth, GB/s (C)", r.tcp_bw4m, r.qperf_bw4m, "qperf tcp_bw", ">=", 0.9 },
   { "Lua / C, 64 KiB bandwidth", r.lua_bw64, r.c_bw64, "C-driven", ">=", 0.9 },

@@ -6,8 +6,14 @@
 #   scripts/deps.sh bench     also the anchor tools of `make bench`
 set -eu
 
+# ibverbs-utils, perftest, rdmacm-utils: Debian's verbs programs, run
+# unmodified on tbrt's libibverbs by spec/verbs_programs_spec.lua; librdmacm-dev:
+# rdma/rdma_cma.h, the API tbrt's own librdmacm (bindings/verbs/rdmacm) implements;
+# ucx-utils: ucx_perftest on tbrt's libibverbs (spec/verbs_ucx_spec.lua)
 PKGS="build-essential pkg-config luajit libluajit-5.1-dev libuv1-dev lua-luv lua-luv-dev
 libibverbs-dev lua-busted lua-cjson lua-argparse iproute2 procps"
+# tbrt exec: the Debian verbs programs its specs run unmodified
+PKGS="$PKGS ibverbs-utils perftest rdmacm-utils librdmacm-dev ucx-utils util-linux"
 # tbrt matrix: its plots, and the launchers its specs start for real
 # (OpenSSH's sshd, Open MPI's mpirun, a one-node Slurm with munge)
 PKGS="$PKGS gnuplot-nox openssh-client openssh-server openmpi-bin slurmctld slurmd slurm-client munge"

@@ -7,9 +7,9 @@
 -- test is pending with the exact reason (no library, no devices, no ACTIVE
 -- port, no usable GID) and never passes. Run only these with
 --   build/tbrt spec/support/run.lua --tags=hw spec/hw_spec.lua
--- TBRT_HW_SHIM=1 with TBRT_IBVERBS_LIB set to the test shim is a dry run of
--- the tests' own code over soft devices (spec/ibverbs_spec.lua does it); it
--- says nothing about hardware.
+-- TBRT_HW_SOFT=1 with TBRT_IBVERBS_LIB set to tbrt's own libibverbs
+-- (bindings/verbs, over the soft device) is a dry run of the tests' own code
+-- (spec/ibverbs_spec.lua does it); it says nothing about hardware.
 local ffi = require("ffi")
 local tbrt = require("tbrt")
 local task = require("tbrt.task")
@@ -17,6 +17,14 @@ local verbs = require("tbrt.verbs")
 
 local SIZE = 8 * 1024 * 1024 + 4321
 pcall(ffi.cdef, "int memcmp(const void *a, const void *b, size_t n);")
+pcall(ffi.cdef, "const char *tbrt_verbs_flavor(void);")
+
+-- Is the library tbrt's own libibverbs (soft devices, not hardware)? It
+-- says so by exporting its diagnostics.
+local function is_tbrt_verbs(lib)
+  local ok, L = pcall(ffi.load, lib)
+  return ok and pcall(function() return L.tbrt_verbs_flavor end)
+end
 
 -- The bootstrap address a GID stands for, if a socket can use it.
 local function gid_address(text)
@@ -32,8 +40,9 @@ local function find_hw()
   if found then return unpack(found) end
   local function done(...) found = { ... } return ... end
   local lib = os.getenv("TBRT_IBVERBS_LIB")
-  if lib and lib:match("%-soft") and os.getenv("TBRT_HW_SHIM") ~= "1" then
-    return done(nil, "TBRT_IBVERBS_LIB=" .. lib .. " is the test shim, not hardware")
+  if lib and os.getenv("TBRT_HW_SOFT") ~= "1" and is_tbrt_verbs(lib) then
+    return done(nil, "TBRT_IBVERBS_LIB=" .. lib .. " is tbrt's own libibverbs (the soft " ..
+      "device), not hardware")
   end
   local reasons = {}
   for _, d in ipairs(tbrt.devices()) do

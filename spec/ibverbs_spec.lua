@@ -1,29 +1,32 @@
 -- ibverbs_spec.lua - the ibverbs device (core/ibverbs): libibverbs loaded at
 -- run time. Without the library, with this machine's rdma-core (no RDMA
--- devices here), and end to end over the test shim build/test/
--- libibverbs-soft.so.1 (spec/support/ibverbs_shim: libibverbs on top of soft
--- devices) and its Apple-like build librdma-soft.so: listing, opening,
+-- devices here), and end to end over tbrt's own libibverbs
+-- build/lib/tbrt/verbs/libibverbs.so.1 (bindings/verbs: libibverbs on top of
+-- soft devices) and its Apple flavor lib/tbrt/apple/librdma.so: listing, opening,
 -- queries, the completion fd, error completions, UD address handles, links
 -- in one process and between two, teardown order, and every failing
 -- libibverbs call. The library is chosen once per process from
--- $TBRT_IBVERBS_LIB, so each case runs a child `tbrt` (ibverbs_shim/child.lua)
+-- $TBRT_IBVERBS_LIB, so each case runs a child `tbrt` (ibverbs/child.lua)
 -- that prints what it saw as JSON.
 local cjson = require("cjson")
 local H = require("helpers")
 
-local SHIM = H.build .. "/test/libibverbs-soft.so.1"
-local APPLE = H.build .. "/test/librdma-soft.so"
-local CHILD = H.root .. "/spec/support/ibverbs_shim/child.lua"
+local OURS = H.build .. "/lib/tbrt/verbs/libibverbs.so.1"
+local APPLE = H.build .. "/lib/tbrt/apple/librdma.so"
+local CHILD = H.root .. "/spec/support/ibverbs/child.lua"
 local LOOPBACK = "::ffff:127.0.0.1"
 local FLAVOR_APPLE, FLAVOR_LINUX = 1, 2
 local ENODATA = 61
-local SHIM_ENV = { "TBRT_IBVERBS_LIB", "TBRT_SHIM_DEVICES", "TBRT_SHIM_PERSONALITY",
-  "TBRT_SHIM_COMPAT_CONTEXT", "TBRT_SHIM_FAIL", "TBRT_SHIM_DEBUG", "TBRT_DEVICE", "SYSFS_PATH" }
+local LIB_ENV = { "TBRT_IBVERBS_LIB", "TBRT_VERBS_DEVICES", "TBRT_VERBS_PERSONALITY",
+  "TBRT_VERBS_COMPAT_CONTEXT", "TBRT_VERBS_FAIL", "TBRT_DEBUG", "TBRT_DEVICE", "SYSFS_PATH" }
 
--- Run child.lua MODE ARGS with only the given shim settings; its RESULT.
+-- Run child.lua MODE ARGS with only the given library settings; its RESULT.
+-- TBRT_VERBS_FAIL is always set (empty: no failure), so the library checks
+-- it on its data path too and the child can inject failures there.
 local function child(args, changes, timeout)
   local env = {}
-  for _, k in ipairs(SHIM_ENV) do env[k] = false end
+  for _, k in ipairs(LIB_ENV) do env[k] = false end
+  env.TBRT_VERBS_FAIL = ""
   for k, v in pairs(changes or {}) do env[k] = v end
   local r = H.run_tbrt({ CHILD, unpack(args) }, { env = env, timeout = timeout })
   assert(r.code == 0 and not r.timed_out, H.describe(r))
@@ -101,12 +104,12 @@ describe("ibverbs device", function()
     end)
   end)
 
-  describe("over the test shim", function()
-    local SHIM_ONLY = { TBRT_IBVERBS_LIB = SHIM }
+  describe("over tbrt's libibverbs", function()
+    local OURS_ONLY = { TBRT_IBVERBS_LIB = OURS }
 
     it("lists its devices as usable LINUX ibverbs devices, or none with the reason", function()
       local res = child({ "list", "softib1", "nosuch0", "softx" },
-        { TBRT_IBVERBS_LIB = SHIM, TBRT_SHIM_DEVICES = "2" })
+        { TBRT_IBVERBS_LIB = OURS, TBRT_VERBS_DEVICES = "2" })
       assert.same({ "softib0", "softib1" }, { res.devices[1].name, res.devices[2].name })
       for _, d in ipairs(res.devices) do
         assert.is_true(d.usable)
@@ -119,10 +122,10 @@ describe("ibverbs device", function()
       assert.equal("ENODEV: nosuch0: no such device (not soft<N> or mlx5:..., and libibverbs " ..
         "lists only softib0, softib1)", res.opens.nosuch0)
       contains(res.opens.softx, "softx: no such device")
-      local none = child({ "list" }, { TBRT_IBVERBS_LIB = SHIM, TBRT_SHIM_DEVICES = "0" })
+      local none = child({ "list" }, { TBRT_IBVERBS_LIB = OURS, TBRT_VERBS_DEVICES = "0" })
       assert.equal(1, #none.devices)
       assert.is_false(none.devices[1].usable)
-      contains(none.devices[1].why, "libibverbs found no RDMA devices (" .. SHIM .. ")")
+      contains(none.devices[1].why, "libibverbs found no RDMA devices (" .. OURS .. ")")
     end)
 
     it("explains an empty list from the sysfs libibverbs reads ($SYSFS_PATH)", function()
@@ -130,16 +133,16 @@ describe("ibverbs device", function()
       local function why(lib, dirs)
         local sys = dir .. "/sys" .. #dirs
         for _, d in ipairs(dirs) do os.execute("mkdir -p " .. sys .. "/class/" .. d) end
-        local res = child({ "list", "softib0" }, { TBRT_IBVERBS_LIB = lib, TBRT_SHIM_DEVICES = "0",
+        local res = child({ "list", "softib0" }, { TBRT_IBVERBS_LIB = lib, TBRT_VERBS_DEVICES = "0",
           SYSFS_PATH = sys })
         return res.devices[1].why, res.opens.softib0, sys
       end
-      local w, open, sys = why(SHIM, {})
+      local w, open, sys = why(OURS, {})
       contains(w, "the kernel offers no RDMA verbs: " .. sys .. "/class/infiniband_verbs is absent")
       contains(open, "softib0: no such device (not soft<N> or mlx5:..., and libibverbs found no")
-      w, _, sys = why(SHIM, { "infiniband_verbs" })
+      w, _, sys = why(OURS, { "infiniband_verbs" })
       contains(w, sys .. "/class/infiniband is absent: the kernel has no RDMA device")
-      w, _, sys = why(SHIM, { "infiniband_verbs", "infiniband" })
+      w, _, sys = why(OURS, { "infiniband_verbs", "infiniband" })
       contains(w, "the devices in " .. sys .. "/class/infiniband have no user-space provider")
       w = why(APPLE, {})
       contains(w, "is RDMA over Thunderbolt enabled? (TN3205: `rdma_ctl enable` in macOS Recovery")
@@ -147,7 +150,7 @@ describe("ibverbs device", function()
     end)
 
     it("queries the device, ports and typed GIDs through the extended context", function()
-      local res = once("verbs", { "verbs", "1" }, SHIM_ONLY)
+      local res = once("verbs", { "verbs", "1" }, OURS_ONLY)
       assert.equal("ibverbs", res.kind)
       assert.equal("", res.personality)
       assert.equal(FLAVOR_LINUX, res.flavor)
@@ -161,7 +164,7 @@ describe("ibverbs device", function()
     end)
 
     it("moves data over RC and makes the armed completion fd readable", function()
-      local res = once("verbs", { "verbs", "1" }, SHIM_ONLY)
+      local res = once("verbs", { "verbs", "1" }, OURS_ONLY)
       assert.same({ status = "IBV_WC_SUCCESS", opcode = "RECV", byte_len = 18, src_ok = true,
         data = "hello over ibverbs" }, res.recv)
       assert.is_false(res.fd_readable_before)
@@ -171,7 +174,7 @@ describe("ibverbs device", function()
     end)
 
     it("passes error completions through with the soft device's status and vendor_err", function()
-      local res = once("verbs", { "verbs", "1" }, SHIM_ONLY)
+      local res = once("verbs", { "verbs", "1" }, OURS_ONLY)
       local statuses = {}
       for i, w in ipairs(res.errors_ibverbs) do
         local s = res.errors_soft[i]
@@ -186,30 +189,30 @@ describe("ibverbs device", function()
     end)
 
     it("sends a UD datagram through the library's own address handle", function()
-      local res = once("verbs", { "verbs", "1" }, SHIM_ONLY)
+      local res = once("verbs", { "verbs", "1" }, OURS_ONLY)
       assert.same({ status = "IBV_WC_SUCCESS", byte_len = 40 + 8, data = "datagram" }, res.ud)
       assert.equal("EINVAL: softib0: post_send: UD work request 0 (wr_id 4) has no address " ..
         "handle (wr.ud.ah = tbrt_ah_handle(ah))", res.ud_without_ah)
     end)
 
     it("destroys what a caller left open, children first, when the device closes", function()
-      local res = once("verbs", { "verbs", "1" }, SHIM_ONLY)
+      local res = once("verbs", { "verbs", "1" }, OURS_ONLY)
       assert.equal("ibv_destroy_qp,ibv_destroy_qp,ibv_dereg_mr,ibv_destroy_cq," ..
         "ibv_destroy_comp_channel,ibv_dealloc_pd,ibv_close_device", res.close_trace)
     end)
 
     it("queries ports through the exported call on a context without extensions", function()
-      local res = child({ "verbs", "1" }, { TBRT_IBVERBS_LIB = SHIM, TBRT_SHIM_COMPAT_CONTEXT = "1" })
+      local res = child({ "verbs", "1" }, { TBRT_IBVERBS_LIB = OURS, TBRT_VERBS_COMPAT_CONTEXT = "1" })
       assert.equal("ACTIVE", res.ports[1].state)
       assert.equal(256, res.ports[1].gid_tbl_len)
-      local verbs_once = once("verbs", { "verbs", "1" }, SHIM_ONLY)
+      local verbs_once = once("verbs", { "verbs", "1" }, OURS_ONLY)
       assert.is_nil(verbs_once.trace:find("ibv_query_port,", 1, true))
       contains(res.trace, "ibv_open_device,ibv_query_port,")
       assert.is_nil(res.trace:find("verbs_context.query_port", 1, true))
     end)
 
     it("runs a link in one process: GID selection, activation, data, teardown order", function()
-      local res = child({ "link" }, SHIM_ONLY)
+      local res = child({ "link" }, OURS_ONLY)
       for _, side in ipairs { res.a, res.b } do
         assert.equal("softib0", side.device)
         assert.equal("ibverbs", side.kind)
@@ -236,7 +239,7 @@ describe("ibverbs device", function()
 
     it("breaks a link on both sides with the error completions it got", function()
       -- the sender's strides are 128 KiB, the receiver posts 4 KiB
-      local res = child({ "link", "4096" }, SHIM_ONLY)
+      local res = child({ "link", "4096" }, OURS_ONLY)
       assert.equal("EIO", res.err_a)
       assert.equal("EIO", res.err_b)
       assert.matches("^link %d+: send completion: IBV_WC_REM_INV_REQ_ERR %(remote invalid " ..
@@ -248,7 +251,7 @@ describe("ibverbs device", function()
 
     it("names the call and the errno of every libibverbs failure", function()
       local cases = {
-        { "ibv_get_device_list:ENOSYS", "ibverbs: libibverbs found no RDMA devices (" .. SHIM ..
+        { "ibv_get_device_list:ENOSYS", "ibverbs: libibverbs found no RDMA devices (" .. OURS ..
           ": ibv_get_device_list: Function not implemented); the kernel offers no RDMA verbs" },
         { "ibv_open_device:EACCES", "softib0: ibv_open_device: Permission denied (no access " ..
           "to /dev/infiniband/uverbs*?)" },
@@ -266,14 +269,14 @@ describe("ibverbs device", function()
           "Operation not permitted (2097152 bytes at 0x" },
       }
       for _, c in ipairs(cases) do
-        local res = child({ "list" }, { TBRT_IBVERBS_LIB = SHIM, TBRT_SHIM_FAIL = c[1] })
+        local res = child({ "list" }, { TBRT_IBVERBS_LIB = OURS, TBRT_VERBS_FAIL = c[1] })
         assert(res.probe:find(c[2], 1, true),
-          string.format("TBRT_SHIM_FAIL=%s: probe said\n%s\nexpected\n%s", c[1], res.probe, c[2]))
+          string.format("TBRT_VERBS_FAIL=%s: probe said\n%s\nexpected\n%s", c[1], res.probe, c[2]))
       end
     end)
 
     it("fails every verb with the operation, the object and the errno, never a crash", function()
-      local e = once("errors", { "errors" }, SHIM_ONLY).e
+      local e = once("errors", { "errors" }, OURS_ONLY).e
       local qpn = "QP 0x%x+"
       local want = {
         -- refused by the soft device underneath (libibverbs passes only errno)
@@ -324,32 +327,32 @@ describe("ibverbs device", function()
     end)
 
     it("closes the context even when every destroy of a leftover fails", function()
-      local res = once("errors", { "errors" }, SHIM_ONLY)
+      local res = once("errors", { "errors" }, OURS_ONLY)
       assert.equal("ibv_close_device", res.trace)
     end)
 
-    it("puts the soft personality TBRT_SHIM_PERSONALITY names under its devices", function()
+    it("puts the soft personality TBRT_VERBS_PERSONALITY names under its devices", function()
       -- a LINUX-flavored library over apple-uc: the engine asks for RC, the
-      -- soft device refuses, and only errno crosses libibverbs (the shim's
-      -- TBRT_SHIM_DEBUG shows the soft device's reason)
-      local res, r = child({ "list" }, { TBRT_IBVERBS_LIB = SHIM,
-        TBRT_SHIM_PERSONALITY = "apple-uc", TBRT_SHIM_DEBUG = "1" })
+      -- soft device refuses, and only errno crosses libibverbs (the library's
+      -- TBRT_DEBUG shows the soft device's reason)
+      local res, r = child({ "list" }, { TBRT_IBVERBS_LIB = OURS,
+        TBRT_VERBS_PERSONALITY = "apple-uc", TBRT_DEBUG = "1" })
       contains(res.probe, "EOPNOTSUPP: link 1: probe: create_qp: softib0: create_qp RC (send 16 " ..
         "x 1 sge, recv 16 x 1 sge): Operation not supported")
-      contains(r.stderr, "libibverbs-soft: ibv_create_qp: EOPNOTSUPP: soft0 (apple-uc): " ..
+      contains(r.stderr, "tbrt verbs: ibv_create_qp: EOPNOTSUPP: soft0 (apple-uc): " ..
         "create_qp: RC queue pairs are not supported")
     end)
 
     it("falls back to untyped GIDs when _ibv_query_gid_ex is not supported", function()
-      local res = child({ "list" }, { TBRT_IBVERBS_LIB = SHIM,
-        TBRT_SHIM_FAIL = "_ibv_query_gid_ex:EOPNOTSUPP" })
+      local res = child({ "list" }, { TBRT_IBVERBS_LIB = OURS,
+        TBRT_VERBS_FAIL = "_ibv_query_gid_ex:EOPNOTSUPP" })
       assert.equal("ok", res.probe)
       -- no type to prefer RoCE v2 by: the first entry with the address
       assert.matches("^softib0 port 1, GID%[%d+%] ::ffff:127%.0%.0%.1 matches", res.why_device)
     end)
 
     it("runs a link between two processes over tbrt.listen / tbrt.connect", function()
-      for _, lib in ipairs { SHIM, APPLE } do
+      for _, lib in ipairs { OURS, APPLE } do
         local dir = H.tmpdir()
         local port_file = dir .. "/port"
         local env = { TBRT_IBVERBS_LIB = lib }
@@ -384,8 +387,8 @@ describe("ibverbs device", function()
   describe("the hardware tests (spec/hw_spec.lua)", function()
     local function run_hw(changes)
       local env = {}
-      for _, k in ipairs(SHIM_ENV) do env[k] = false end
-      env.TBRT_HW_SHIM, env.TBRT_HW_ADDR = false, false
+      for _, k in ipairs(LIB_ENV) do env[k] = false end
+      env.TBRT_HW_SOFT, env.TBRT_HW_ADDR = false, false
       for k, v in pairs(changes) do env[k] = v end
       local r = H.run_tbrt({ H.root .. "/spec/support/run.lua", H.root .. "/spec/hw_spec.lua" },
         { env = env, timeout = 60 })
@@ -402,21 +405,22 @@ describe("ibverbs device", function()
       assert.equal(0, r.code, H.describe(r))
       contains(r.stdout, "0 passed, 0 failed, 2 skipped")
       contains(r.stdout, "hw: libibverbs found no RDMA devices (libibverbs.so.1")
-      local shim = run_hw({ TBRT_IBVERBS_LIB = SHIM })
-      contains(shim.stdout, "0 passed, 0 failed, 2 skipped")
-      contains(shim.stdout, "hw: TBRT_IBVERBS_LIB=" .. SHIM .. " is the test shim, not hardware")
+      local soft = run_hw({ TBRT_IBVERBS_LIB = OURS })
+      contains(soft.stdout, "0 passed, 0 failed, 2 skipped")
+      contains(soft.stdout, "hw: TBRT_IBVERBS_LIB=" .. OURS .. " is tbrt's own libibverbs (the " ..
+        "soft device), not hardware")
     end)
 
-    it("run their own code over both shims when asked to (a dry run)", function()
-      for _, lib in ipairs { SHIM, APPLE } do
-        local r = run_hw({ TBRT_IBVERBS_LIB = lib, TBRT_HW_SHIM = "1" })
+    it("run their own code over both flavors of tbrt's library when asked to (a dry run)", function()
+      for _, lib in ipairs { OURS, APPLE } do
+        local r = run_hw({ TBRT_IBVERBS_LIB = lib, TBRT_HW_SOFT = "1" })
         assert.equal(0, r.code, H.describe(r))
         contains(r.stdout, "2 passed, 0 failed, 0 skipped")
       end
     end)
   end)
 
-  describe("over the Apple-like shim (librdma-soft.so)", function()
+  describe("over the Apple flavor (librdma.so)", function()
     it("gives APPLE devices with untyped GIDs and a first ACTIVE port that is not 1", function()
       local res = child({ "verbs", "2" }, { TBRT_IBVERBS_LIB = APPLE })
       assert.equal(FLAVOR_APPLE, res.flavor)

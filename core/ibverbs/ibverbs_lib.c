@@ -1,14 +1,14 @@
 /* ibverbs_lib.c - loading libibverbs at run time, listing its devices, and
  * saying why there are none.
  *
- * The library is $TBRT_IBVERBS_LIB when set (tests point it at the shim in
- * build/test/), else "libibverbs.so.1", or Apple's "/usr/lib/librdma.dylib"
+ * The library is $TBRT_IBVERBS_LIB when set (tests point it at tbrt's own in
+ * build/lib/tbrt/verbs/), else "libibverbs.so.1", or Apple's "/usr/lib/librdma.dylib"
  * on macOS. It is opened once, on the first call that needs it. Symbols are
  * looked up at the version this file was written against (rdma-core 44:
  * IBVERBS_1.1 for most, 1.0 for the completion channel calls, 1.11 for
  * _ibv_query_gid_ex), so a later library with a new default version keeps
  * giving us the ABI we were compiled for; a library without symbol
- * versions (Apple's, the Apple build of the test shim) answers plain dlsym.
+ * versions (Apple's, tbrt's Apple flavor librdma.so) answers plain dlsym.
  *
  * Flavor: Apple's library is librdma, so a library whose file name starts
  * with "librdma" gives APPLE devices (UC, fixed strides, Apple caps), as

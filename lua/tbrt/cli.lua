@@ -18,7 +18,8 @@ local argparse = require("argparse")
 
 local M = {}
 
--- The subcommands, in the order --help lists them.
+-- The subcommands, in the order --help lists them. (`tbrt exec` is apart:
+-- everything after its options is the program's, see tbrt.cli.exec.)
 M.COMMANDS = { "devices", "matrix" }
 
 local function command(name)
@@ -32,6 +33,7 @@ local usage = { "usage: tbrt [options] [script [args...]]" }
 for _, name in ipairs(M.COMMANDS) do
   usage[#usage + 1] = "       " .. command(name).usage:gsub("^usage: ", "")
 end
+usage[#usage + 1] = "       tbrt exec [options] -- PROGRAM [ARGS...]"
 M.USAGE = table.concat(usage, "\n")
 
 local DESCRIPTION = "Lua-scriptable RDMA transport runtime. Runs a script as a task on " ..
@@ -143,6 +145,7 @@ end
 function M.parse(argv)
   local n = argv.n or #argv
   local p = build()
+  if argv[1] == "exec" then return require("tbrt.cli.exec").parse(argv) end
   if command(argv[1]) then
     local ok, r = p:pparse({ unpack(argv, 1, n) })
     if not ok then return nil, r end

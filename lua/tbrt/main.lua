@@ -10,6 +10,7 @@
 --   tbrt                          the REPL on a terminal; otherwise stdin
 --                                 is run a chunk at a time (tbrt.repl)
 --   tbrt devices [-v] ...         a subcommand (tbrt.cli.COMMANDS)
+--   tbrt exec [opts] -- PROG ...  run PROG on tbrt's libibverbs (tbrt.cli.exec)
 --   tbrt -v | -h                  version | usage
 --
 -- The command line is parsed by tbrt.cli (lua-argparse); options stop at
@@ -72,6 +73,7 @@ function M.parse(argv)
 end
 
 local function choose_mode(plan)
+  if plan.command == "exec" then return "exec" end
   if plan.command then return "command" end
   if plan.help then return "help" end
   if plan.version then return "version" end
@@ -246,6 +248,11 @@ function modes.command(plan)
     return 1
   end
   return code
+end
+
+-- tbrt exec: replaces this process with the program (tbrt.cli.exec)
+function modes.exec(plan)
+  return require("tbrt.cli.exec").run(plan)
 end
 
 function M.main(argv)

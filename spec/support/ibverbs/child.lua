@@ -2,7 +2,7 @@
 -- loads its library once per process, at first use, from $TBRT_IBVERBS_LIB,
 -- so every case runs in a fresh `tbrt` with that environment:
 --
---   tbrt spec/support/ibverbs_shim/child.lua MODE [args...]
+--   tbrt spec/support/ibverbs/child.lua MODE [args...]
 --
 -- It does the work and prints what it saw as one JSON line "RESULT {...}";
 -- the spec asserts on it. Modes:
@@ -13,12 +13,12 @@
 --                         same case on a soft device), UD through an AH,
 --                         close with objects left behind
 --   errors                every failure path of the device, natural (the soft
---                         device refuses) or injected (TBRT_SHIM_FAIL)
+--                         device refuses) or injected (TBRT_VERBS_FAIL)
 --   link [stride_b]       a link pair in this process over the C link API;
 --                         with stride_b the two sides disagree on the stride
 --   serve FILE | connect FILE   one side of a two-process link through
 --                         tbrt.listen / tbrt.connect (FILE: the port)
-local here = arg[0]:match("^(.*)/ibverbs_shim/child%.lua$") or "spec/support"
+local here = arg[0]:match("^(.*)/ibverbs/child%.lua$") or "spec/support"
 package.path = here .. "/?.lua;" .. package.path
 
 local ffi = require("ffi")
@@ -27,7 +27,7 @@ local uv = require("luv")
 local tbrt = require("tbrt")
 local verbs = require("tbrt.verbs")
 local b = require("tbrt.ffi")
-local P = require("ibverbs_shim.pair")
+local P = require("ibverbs.pair")
 local V = require("verbs_helpers")
 
 local C = b.C
@@ -35,23 +35,27 @@ local mode = arg[1]
 local result = { mode = mode, lib = os.getenv("TBRT_IBVERBS_LIB") or "" }
 
 ffi.cdef [[
-  const char *shim_trace(void);
-  const char *shim_counts(void);
-  void shim_trace_reset(void);
+  const char *tbrt_verbs_trace(void);
+  const char *tbrt_verbs_counts(void);
+  void tbrt_verbs_trace_reset(void);
 ]]
--- The shim this process loaded (dlopen gives the same handle again).
-local function shim()
+-- tbrt's libibverbs, if that is what this process loaded (dlopen gives the
+-- same handle again): its diagnostics (bindings/verbs/diag.c) say which
+-- calls the ibverbs device made, in order.
+local function ours()
   local path = os.getenv("TBRT_IBVERBS_LIB")
-  if not path or not path:match("%-soft") then return nil end
-  return ffi.load(path)
+  if not path then return nil end
+  local ok, lib = pcall(ffi.load, path)
+  if not ok or not pcall(function() return lib.tbrt_verbs_trace end) then return nil end
+  return lib
 end
 
-local function shim_report()
-  local S = shim()
+local function trace_report()
+  local S = ours()
   if not S then return end
-  result.trace = ffi.string(S.shim_trace())
+  result.trace = ffi.string(S.tbrt_verbs_trace())
   result.counts = {}
-  for k, v in ffi.string(S.shim_counts()):gmatch("(%S+)=(%d+)") do result.counts[k] = tonumber(v) end
+  for k, v in ffi.string(S.tbrt_verbs_counts()):gmatch("(%S+)=(%d+)") do result.counts[k] = tonumber(v) end
 end
 
 -- ---- list ---------------------------------------------------------------
@@ -164,7 +168,7 @@ local function verbs_case(port)
   result.errors_soft = length_error_case("soft0", port, qtype, personality)
   if apple then
     result.close_trace = ""
-    shim_report()
+    trace_report()
     return
   end
 
@@ -195,11 +199,11 @@ local function verbs_case(port)
   result.ud_without_ah = noah
   assert(C.tbrt_ah_destroy(ah) == 0)
   -- close with everything still open: the device destroys it in order
-  shim_report()
+  trace_report()
   local before = result.trace
-  if shim() then shim().shim_trace_reset() end
+  if ours() then ours().tbrt_verbs_trace_reset() end
   udev:close()
-  shim_report()
+  trace_report()
   result.close_trace, result.trace = result.trace, before
 end
 
@@ -210,13 +214,13 @@ ffi.cdef [[
   int unsetenv(const char *name);
 ]]
 
--- Run fn with TBRT_SHIM_FAIL = spec (the shim reads it on every call).
+-- Run fn with TBRT_VERBS_FAIL = spec (the library reads it on every call).
 local function failing(spec, fn, ...)
-  ffi.C.setenv("TBRT_SHIM_FAIL", spec, 1)
+  ffi.C.setenv("TBRT_VERBS_FAIL", spec, 1)
   local r = { n = 0 }
   local function keep(...) r.n = select("#", ...) r = { n = r.n, ... } end
   keep(pcall(fn, ...))
-  ffi.C.unsetenv("TBRT_SHIM_FAIL")
+  ffi.C.unsetenv("TBRT_VERBS_FAIL")
   assert(r[1], r[2])
   return unpack(r, 2, r.n)
 end
@@ -330,10 +334,10 @@ local function errors_case()
   e.untyped_after = C.tbrt_gid_query(dev3.d, 1, V.loopback_gid(dev3, 1), entry)
   dev3:close()
   -- close with every destroy failing: it still gets to the context
-  ffi.load(os.getenv("TBRT_IBVERBS_LIB")).shim_trace_reset()
+  ours().tbrt_verbs_trace_reset()
   failing("ibv_destroy_qp:EIO,ibv_destroy_ah:EIO,ibv_dereg_mr:EIO,ibv_destroy_cq:EIO," ..
     "ibv_dealloc_pd:EIO", dev.close, dev)
-  shim_report()
+  trace_report()
 
   -- a device without a name
   local list = failing("ibv_get_device_name:EIO", tbrt.devices)
@@ -378,7 +382,7 @@ local function link_case(stride_b)
   C.tbrt_link_close(l2)
   result.teardown_a = ffi.string(C.tbrt_link_teardown(a))
   result.teardown_b = ffi.string(C.tbrt_link_teardown(l2))
-  shim_report()
+  trace_report()
 end
 
 -- ---- two processes ----------------------------------------------------------------
@@ -431,7 +435,7 @@ local function two_process(role, port_file)
   end
   assert(l:close())
   result.teardown = l:teardown()
-  shim_report()
+  trace_report()
 end
 
 if mode == "list" then list()

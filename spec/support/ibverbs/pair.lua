@@ -5,7 +5,7 @@
 -- byte checked. Used by child.lua (spec/ibverbs_spec.lua). Every wait is
 -- bounded.
 --
---   local P = require("ibverbs_shim.pair")
+--   local P = require("ibverbs.pair")
 --   local fa, fb = P.tcp_pair("127.0.0.1")
 --   local a = assert(P.probe(fa, { device = "ibverbs" }))
 local uv = require("luv")
