@@ -187,6 +187,10 @@ static int soft_open(const char *name, const tbrt_dev_opts *opts, tbrt_dev **out
     int rc = parse_ports(ports, p->nports, sd->port_state, err, errlen);
     if (rc == 0)
         rc = soft_fabric_open(sd);
+    if (rc == 0) {
+        soft_mem_attach(sd);
+        sd->attached = true;
+    }
     if (rc) {
         if (sd->dev.why[0])
             err_set(err, errlen, -rc, "%s", sd->dev.why);
@@ -211,8 +215,8 @@ static void soft_close(tbrt_dev *dev)
         soft_destroy_qp(&sd->qps->qp);
     while (sd->cqs)
         soft_destroy_cq(&sd->cqs->cq);
-    while (sd->backings)
-        soft_backing_put(sd, sd->backings);
+    if (sd->attached)
+        soft_mem_detach(sd);
     soft_fabric_close(sd);
     free(sd);
 }
@@ -236,8 +240,8 @@ static int soft_query_device(tbrt_dev *dev, struct ibv_device_attr *a)
     a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
     a->max_sge = SOFT_MAX_SGE;
     a->max_sge_rd = SOFT_MAX_SGE;
-    a->max_cq = 1024;
-    a->max_cqe = 65536;
+    a->max_cq = SOFT_MAX_CQ;
+    a->max_cqe = SOFT_MAX_CQE;
     a->max_mr = SOFT_MR_MAX - 1;
     a->max_pd = 1024;
     a->max_qp_rd_atom = 16;
@@ -322,7 +326,7 @@ static int soft_destroy_ah(tbrt_ah *ah)
 
 static const char *soft_vendor_err(tbrt_dev *dev, uint32_t code)
 {
-    (void)dev;
+    struct soft_dev *sd = soft_of(dev);
     switch (code) {
     case SOFT_VERR_FRAMES:
         return "the SEND and its RECV cover different numbers of 4 KiB frames (TN3205: they "
@@ -339,6 +343,11 @@ static const char *soft_vendor_err(tbrt_dev *dev, uint32_t code)
     case SOFT_VERR_MSG_SIZE: return "message larger than the path MTU / max_msg_sz";
     case SOFT_VERR_REMOTE: return "the responder reported an error";
     case SOFT_VERR_PORT_DOWN: return "a port on the path is not ACTIVE (link lost)";
+    case SOFT_VERR_CORRUPT:
+        /* what this process met; a peer that met it in our memory says so */
+        return sd->corrupt_why[0] ? sd->corrupt_why
+                                  : "a peer found a bad value in the shared memory of this queue "
+                                    "pair or its own (corrupt; see the peer's error)";
     default: return "";
     }
 }

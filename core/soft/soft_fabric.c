@@ -1,6 +1,7 @@
 /* soft_fabric.c - the soft device's shared-memory wire: the fabric registry
  * (queue pair number -> owning process and context), this process's context
- * segment, and the peer contexts it maps to reach other queue pairs.
+ * segment and its allocator, and run-time port states. Reaching other
+ * contexts through it is soft_peer.c.
  *
  * The registry is a small file in this user's private directory
  * (/dev/shm/tbrt-<uid>/, util/private_dir.c: 0700, files 0600, no links
@@ -11,7 +12,6 @@
  * owner pid is found dead. */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,34 +20,18 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "soft/soft.h"
 #include "util/private_dir.h"
 #include "util/util.h"
 
-struct soft_map {
-    uint32_t key;
-    uint32_t epoch;
-    void *base;
-    size_t len;
+/* Free context memory: a first-fit list kept in process memory (a list in
+ * the segment itself could be rewritten by any peer). */
+struct soft_ctx_free {
+    struct soft_ctx_free *next;
+    uint64_t off, size;
 };
-
-struct soft_peer {
-    struct soft_peer *next;
-    pid_t pid;
-    uint64_t ctx_id;
-    bool same_process;
-    bool self;
-    void *base;                 /* the peer's context segment */
-    int pidfd;
-    struct soft_map *maps;      /* by MR index */
-    uint32_t nmaps;
-};
-
-static int peer_map(struct soft_dev *sd, const struct soft_slot *s, struct soft_peer **out);
 
 static uint64_t random_id(void)
 {
@@ -142,58 +126,45 @@ int soft_fabric_open(struct soft_dev *sd)
     int rc = fabric_map(sd);
     if (rc)
         return rc;
-    sd->ctx_fd = memfd_create("tbrt-soft-ctx", MFD_CLOEXEC);
+    sd->ctx_fd = memfd_create("tbrt-soft-ctx", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (sd->ctx_fd < 0)
         return dev_fail(&sd->dev, errno, "memfd_create: %s", strerror(errno));
-    if (ftruncate(sd->ctx_fd, (off_t)SOFT_CTX_SIZE) != 0)
-        return dev_fail(&sd->dev, errno, "size context: %s", strerror(errno));
+    if (ftruncate(sd->ctx_fd, (off_t)SOFT_CTX_SIZE) != 0 || soft_memfd_seal(sd->ctx_fd) != 0)
+        return dev_fail(&sd->dev, errno, "size and seal context: %s", strerror(errno));
     void *p = mmap(NULL, SOFT_CTX_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, sd->ctx_fd, 0);
     if (p == MAP_FAILED)
         return dev_fail(&sd->dev, errno, "map context: %s", strerror(errno));
     sd->ctx = p;
+    sd->ctx_id = random_id();
     sd->ctx->magic = SOFT_CTX_MAGIC;
     sd->ctx->version = SOFT_CTX_VERSION;
-    sd->ctx->pid = getpid();
-    sd->ctx->ctx_id = random_id();
-    sd->ctx->mr_off = 4096;
-    sd->ctx->used = sd->ctx->mr_off + SOFT_MR_MAX * sizeof(struct soft_mr_entry);
+    sd->ctx->pid = sd->pid;
+    sd->ctx->ctx_id = sd->ctx_id;
+    sd->ctx_used = SOFT_CTX_DATA_OFF;
     sd->wake_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (sd->wake_fd < 0)
         return dev_fail(&sd->dev, errno, "wake socket: %s", strerror(errno));
     /* this context seen as a peer, to run our own queues with the same code */
-    struct soft_slot me = {.pid = getpid(), .ctx_fd = sd->ctx_fd, .ctx_id = sd->ctx->ctx_id};
-    int rc2 = peer_map(sd, &me, &sd->self);
-    if (rc2)
-        return dev_fail(&sd->dev, -rc2, "context: %s", strerror(-rc2));
+    rc = soft_peer_self(sd);
+    if (rc)
+        return dev_fail(&sd->dev, -rc, "context: %s", strerror(-rc));
     return 0;
-}
-
-static void peer_free(struct soft_peer *p)
-{
-    for (uint32_t i = 0; i < p->nmaps; i++)
-        if (p->maps[i].base)
-            munmap(p->maps[i].base, p->maps[i].len);
-    free(p->maps);
-    if (!p->self && p->base)
-        munmap(p->base, SOFT_CTX_SIZE);
-    if (p->pidfd >= 0)
-        close(p->pidfd);
-    free(p);
 }
 
 void soft_fabric_close(struct soft_dev *sd)
 {
-    while (sd->peers) {
-        struct soft_peer *p = sd->peers;
-        sd->peers = p->next;
-        peer_free(p);
+    soft_peers_close(sd);
+    while (sd->ctx_free) {
+        struct soft_ctx_free *f = sd->ctx_free;
+        sd->ctx_free = f->next;
+        free(f);
     }
     if (sd->fabric && sd->fabric_fd >= 0) {
         /* release every slot this context still holds */
         flock(sd->fabric_fd, LOCK_EX);
         for (int i = 0; i < SOFT_SLOTS; i++) {
             struct soft_slot *s = &sd->fabric->slots[i];
-            if (s->qpn && s->ctx_id == sd->ctx->ctx_id)
+            if (s->qpn && s->ctx_id == sd->ctx_id)
                 memset(s, 0, sizeof *s);
         }
         flock(sd->fabric_fd, LOCK_UN);
@@ -212,68 +183,43 @@ void soft_fabric_close(struct soft_dev *sd)
     sd->ctx = NULL;
 }
 
-/* Context memory: a bump allocator with a first-fit free list kept in the
- * free blocks themselves (owner only, not shared with peers). */
-struct ctx_free {
-    uint64_t size;
-    uint64_t next;              /* offset of the next free block, 0 = none */
-};
-
-static uint64_t ctx_free_head(struct soft_dev *sd)
-{
-    /* the head lives in the header page, right after the header */
-    return *(uint64_t *)((char *)sd->ctx + sizeof(struct soft_ctx_hdr));
-}
-
-static void ctx_free_set_head(struct soft_dev *sd, uint64_t off)
-{
-    *(uint64_t *)((char *)sd->ctx + sizeof(struct soft_ctx_hdr)) = off;
-}
-
+/* Context memory: a bump allocator with a first-fit free list (no merging:
+ * queue pairs come and go in few sizes). */
 void *soft_ctx_alloc(struct soft_dev *sd, size_t size, uint64_t *off)
 {
-    size = (size + 4095) & ~(size_t)4095;
-    uint64_t prev = 0, cur = ctx_free_head(sd);
-    while (cur) {
-        struct ctx_free *f = (struct ctx_free *)((char *)sd->ctx + cur);
-        if (f->size >= size) {
-            uint64_t next = f->next;
-            if (f->size > size) {
-                struct ctx_free *rest = (struct ctx_free *)((char *)f + size);
-                rest->size = f->size - size;
-                rest->next = next;
-                next = cur + size;
-            }
-            if (prev)
-                ((struct ctx_free *)((char *)sd->ctx + prev))->next = next;
-            else
-                ctx_free_set_head(sd, next);
-            memset(f, 0, size);
-            *off = cur;
-            return f;
+    size = (size + SOFT_PAGE - 1) & ~(size_t)(SOFT_PAGE - 1);
+    for (struct soft_ctx_free **pp = &sd->ctx_free; *pp; pp = &(*pp)->next) {
+        struct soft_ctx_free *f = *pp;
+        if (f->size < size)
+            continue;
+        *off = f->off;
+        f->off += size;
+        f->size -= size;
+        if (f->size == 0) {
+            *pp = f->next;
+            free(f);
         }
-        prev = cur;
-        cur = f->next;
+        void *p = (char *)sd->ctx + *off;
+        memset(p, 0, size);
+        return p;
     }
-    if (sd->ctx->used + size > SOFT_CTX_SIZE)
+    if (sd->ctx_used + size > SOFT_CTX_SIZE)
         return NULL;
-    *off = sd->ctx->used;
-    sd->ctx->used += size;
+    *off = sd->ctx_used;
+    sd->ctx_used += size;
     return (char *)sd->ctx + *off;
 }
 
 void soft_ctx_release(struct soft_dev *sd, uint64_t off, size_t size)
 {
-    size = (size + 4095) & ~(size_t)4095;
-    struct ctx_free *f = (struct ctx_free *)((char *)sd->ctx + off);
-    memset(f, 0, sizeof *f);
-    f->size = size;
-    f->next = ctx_free_head(sd);
-    ctx_free_set_head(sd, off);
+    size = (size + SOFT_PAGE - 1) & ~(size_t)(SOFT_PAGE - 1);
+    struct soft_ctx_free *f = malloc(sizeof *f);
+    if (!f)
+        return;                 /* the memory is lost to this context, nothing worse */
+    *f = (struct soft_ctx_free){.next = sd->ctx_free, .off = off, .size = size};
+    sd->ctx_free = f;
     /* give the pages back; they read as zeros if touched again */
-    if (size > 4096)
-        fallocate(sd->ctx_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off + 4096,
-                  (off_t)size - 4096);
+    fallocate(sd->ctx_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)size);
 }
 
 int soft_slot_alloc(struct soft_dev *sd, uint64_t qp_off, uint32_t qp_type, uint32_t *qpn)
@@ -306,7 +252,7 @@ int soft_slot_alloc(struct soft_dev *sd, uint64_t qp_off, uint32_t qp_type, uint
     s->qpn = (gen << SOFT_SLOT_BITS) | (uint32_t)found;
     s->pid = getpid();
     s->ctx_fd = sd->ctx_fd;
-    s->ctx_id = sd->ctx->ctx_id;
+    s->ctx_id = sd->ctx_id;
     s->qp_off = qp_off;
     s->qp_type = qp_type;
     s->gen = gen;
@@ -319,168 +265,9 @@ void soft_slot_free(struct soft_dev *sd, uint32_t qpn)
 {
     struct soft_slot *s = &sd->fabric->slots[qpn & (SOFT_SLOTS - 1)];
     flock(sd->fabric_fd, LOCK_EX);
-    if (s->qpn == qpn && s->ctx_id == sd->ctx->ctx_id)
+    if (s->qpn == qpn && s->ctx_id == sd->ctx_id)
         memset(s, 0, sizeof *s);
     flock(sd->fabric_fd, LOCK_UN);
-}
-
-static int pidfd_for(pid_t pid)
-{
-#ifdef SYS_pidfd_open
-    return (int)syscall(SYS_pidfd_open, pid, 0);
-#else
-    (void)pid;
-    return -1;
-#endif
-}
-
-static int peer_map(struct soft_dev *sd, const struct soft_slot *s, struct soft_peer **out)
-{
-    for (struct soft_peer *p = sd->peers; p; p = p->next)
-        if (p->ctx_id == s->ctx_id && p->pid == s->pid) {
-            *out = p;
-            return 0;
-        }
-    struct soft_peer *p = calloc(1, sizeof *p);
-    if (!p)
-        return -ENOMEM;
-    p->pid = s->pid;
-    p->ctx_id = s->ctx_id;
-    p->pidfd = -1;
-    p->same_process = s->pid == getpid();
-    if (s->ctx_id == sd->ctx->ctx_id) {
-        p->self = true;
-        p->base = sd->ctx;
-    } else {
-        char path[64];
-        snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)s->pid, s->ctx_fd);
-        int fd = open(path, O_RDWR | O_CLOEXEC);
-        if (fd < 0) {
-            int e = errno;
-            free(p);
-            return -(e == ENOENT ? ESRCH : e);   /* its process is gone */
-        }
-        p->base = mmap(NULL, SOFT_CTX_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        close(fd);
-        if (p->base == MAP_FAILED) {
-            int e = errno;
-            free(p);
-            return -e;
-        }
-        const struct soft_ctx_hdr *h = p->base;
-        if (h->magic != SOFT_CTX_MAGIC || h->ctx_id != s->ctx_id) {
-            munmap(p->base, SOFT_CTX_SIZE);
-            free(p);
-            return -ESRCH;      /* the fd number now names something else */
-        }
-        if (!p->same_process)
-            p->pidfd = pidfd_for(s->pid);
-    }
-    p->next = sd->peers;
-    sd->peers = p;
-    *out = p;
-    return 0;
-}
-
-int soft_peer_lookup(struct soft_dev *sd, uint32_t qpn, struct soft_peer **peer,
-                     struct soft_qp_shared **qp)
-{
-    if (qpn < 2 || qpn > 0xffffff)
-        return -EINVAL;
-    struct soft_slot s;
-    flock(sd->fabric_fd, LOCK_SH);
-    s = sd->fabric->slots[qpn & (SOFT_SLOTS - 1)];
-    flock(sd->fabric_fd, LOCK_UN);
-    if (s.qpn != qpn)
-        return -ENOENT;         /* no such QP on this fabric */
-    if (pid_dead(s.pid))
-        return -ESRCH;          /* its process is gone */
-    int rc = peer_map(sd, &s, peer);
-    if (rc)
-        return rc;
-    struct soft_qp_shared *q = soft_peer_at(*peer, s.qp_off);
-    if (q->qpn != qpn)
-        return -ENOENT;         /* destroyed meanwhile */
-    *qp = q;
-    return 0;
-}
-
-bool soft_peer_alive(struct soft_peer *peer)
-{
-    if (peer->same_process)
-        return true;
-    if (peer->pidfd >= 0) {
-        struct pollfd pfd = {.fd = peer->pidfd, .events = POLLIN};
-        return poll(&pfd, 1, 0) == 0;
-    }
-    return !pid_dead(peer->pid);
-}
-
-bool soft_peer_is_self(struct soft_peer *peer) { return peer->self; }
-
-void *soft_peer_at(struct soft_peer *peer, uint64_t off)
-{
-    return (char *)peer->base + off;
-}
-
-struct soft_mr_entry *soft_peer_mr_table(struct soft_peer *peer)
-{
-    const struct soft_ctx_hdr *h = peer->base;
-    return (struct soft_mr_entry *)((char *)peer->base + h->mr_off);
-}
-
-int soft_peer_mem(struct soft_peer *peer, uint32_t key, uint64_t addr, uint64_t len,
-                  uint32_t need_access, void **out)
-{
-    uint32_t idx = key >> 8;
-    if (idx >= SOFT_MR_MAX)
-        return -EINVAL;
-    struct soft_mr_entry *e = &soft_peer_mr_table(peer)[idx];
-    if (atomic_load_explicit(&e->key, memory_order_acquire) != key || key == 0)
-        return -ENOENT;
-    if (addr < e->addr || len > e->length || addr - e->addr > e->length - len)
-        return -ERANGE;
-    if ((e->access & need_access) != need_access)
-        return -EACCES;
-    if (peer->same_process) {
-        *out = (void *)(uintptr_t)addr;
-        return 0;
-    }
-    if (e->memfd < 0)
-        return -EPERM;
-    if (idx >= peer->nmaps) {
-        uint32_t n = peer->nmaps ? peer->nmaps : 16;
-        while (n <= idx)
-            n *= 2;
-        struct soft_map *m = realloc(peer->maps, n * sizeof *m);
-        if (!m)
-            return -ENOMEM;
-        memset(m + peer->nmaps, 0, (n - peer->nmaps) * sizeof *m);
-        peer->maps = m;
-        peer->nmaps = n;
-    }
-    struct soft_map *m = &peer->maps[idx];
-    uint32_t epoch = atomic_load_explicit(&e->epoch, memory_order_acquire);
-    if (m->key != key || m->epoch != epoch || !m->base) {
-        if (m->base)
-            munmap(m->base, m->len);
-        m->base = NULL;
-        char path[64];
-        snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)peer->pid, e->memfd);
-        int fd = open(path, O_RDWR | O_CLOEXEC);
-        if (fd < 0)
-            return -errno;
-        void *b = mmap(NULL, e->fd_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        close(fd);
-        if (b == MAP_FAILED)
-            return -errno;
-        m->base = b;
-        m->len = e->fd_len;
-        m->key = key;
-        m->epoch = epoch;
-    }
-    *out = (char *)m->base + e->fd_off + (addr - e->addr);
-    return 0;
 }
 
 int soft_port_state_of(struct soft_dev *sd, int dev, int port)
@@ -488,7 +275,10 @@ int soft_port_state_of(struct soft_dev *sd, int dev, int port)
     if (dev >= 0 && dev < SOFT_MAX_DEVS && port >= 1 && port <= SOFT_MAX_PORTS) {
         struct soft_port_override *o = &sd->fabric->ports[dev][port - 1];
         uint32_t st = atomic_load_explicit(&o->state, memory_order_acquire);
-        if (st && (o->pid == sd->pid || !pid_dead(o->pid)))
+        int32_t pid = o->pid;
+        /* any process may write here: only a real state of a live setter */
+        if ((st == IBV_PORT_DOWN || st == IBV_PORT_INIT || st == IBV_PORT_ARMED ||
+             st == IBV_PORT_ACTIVE) && pid > 0 && (pid == sd->pid || !pid_dead(pid)))
             return (int)st;
     }
     if (dev == sd->index && port >= 1 && port <= sd->p->nports)
@@ -516,16 +306,4 @@ int soft_set_port_state(tbrt_dev *dev, uint8_t port, int state)
     o->pid = sd->pid;
     atomic_store_explicit(&o->state, (uint32_t)state, memory_order_release);
     return 0;
-}
-
-void soft_wake(struct soft_dev *sd, const char *sock)
-{
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    size_t n = strnlen(sock, SOFT_SOCK_NAME);
-    if (n == 0)
-        return;
-    memcpy(a.sun_path + 1, sock, n); /* abstract namespace */
-    char b = 1;
-    sendto(sd->wake_fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a,
-           (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n));
 }

@@ -19,25 +19,19 @@
  * and so is a missing required attribute. On top of the spec, the soft
  * device refuses RTR on a DOWN port (ENETDOWN) and towards a GID its wire
  * cannot reach (EHOSTUNREACH), with a message saying so, because on real
- * hardware those cases fail silently later. */
+ * hardware those cases fail silently later.
+ *
+ * A QP that met a bad value in shared memory breaks (soft_qp_break): the
+ * text goes to the device's SOFT_VERR_CORRUPT, the QP to ERR, and its first
+ * flushed work request completes with IBV_WC_LOC_QP_OP_ERR saying why. */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "soft/soft.h"
 #include "util/util.h"
-
-/* The shared block: header, receive queue, then the send queue. */
-static size_t sq_offset(uint32_t rq_cap)
-{
-    size_t off = sizeof(struct soft_qp_shared) + (size_t)rq_cap * sizeof(struct soft_rqe);
-    return (off + 63) & ~(size_t)63;
-}
-
-static size_t qp_bytes(uint32_t rq_cap, uint32_t sq_cap)
-{
-    return sq_offset(rq_cap) + (size_t)sq_cap * sizeof(struct soft_swr);
-}
 
 int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out)
 {
@@ -71,32 +65,51 @@ int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out)
     if (cap->max_inline_data > 256)
         return dev_fail(dev, EINVAL, "create_qp: max_inline_data %u > 256", cap->max_inline_data);
     struct soft_qp *q = calloc(1, sizeof *q);
-    if (!q)
-        return dev_fail(dev, ENOMEM, "create_qp: out of memory");
     uint32_t sq_cap = cap->max_send_wr, rq_cap = cap->max_recv_wr;
-    q->sh = soft_ctx_alloc(sd, qp_bytes(rq_cap, sq_cap), &q->sh_off);
-    if (!q->sh) {
-        free(q);
-        return dev_fail(dev, ENOMEM, "create_qp: device context full");
+    if (q) {
+        q->rq_wr = calloc(rq_cap, sizeof *q->rq_wr);
+        q->sq_wr = calloc(sq_cap, sizeof *q->sq_wr);
     }
-    uint32_t qpn;
-    int rc = soft_slot_alloc(sd, q->sh_off, (uint32_t)t, &qpn);
+    if (!q || !q->rq_wr || !q->sq_wr) {
+        if (q) {
+            free(q->rq_wr);
+            free(q->sq_wr);
+        }
+        free(q);
+        return dev_fail(dev, ENOMEM, "create_qp: out of memory");
+    }
+    q->sh_bytes = soft_qp_bytes(rq_cap, sq_cap);
+    q->sh = soft_ctx_alloc(sd, q->sh_bytes, &q->sh_off);
+    uint32_t qpn = 0;
+    int rc = q->sh ? soft_slot_alloc(sd, q->sh_off, (uint32_t)t, &qpn)
+                   : dev_fail(dev, ENOMEM, "create_qp: device context full");
     if (rc) {
-        soft_ctx_release(sd, q->sh_off, qp_bytes(rq_cap, sq_cap));
+        if (q->sh)
+            soft_ctx_release(sd, q->sh_off, q->sh_bytes);
+        free(q->rq_wr);
+        free(q->sq_wr);
         free(q);
         return rc;
     }
+    struct soft_cq *rcq = (struct soft_cq *)init->recv_cq, *scq = (struct soft_cq *)init->send_cq;
+    q->rq_cap = rq_cap;
+    q->sq_cap = sq_cap;
     q->sh->qp_type = (uint32_t)t;
     q->sh->rq_cap = rq_cap;
     q->sh->sq_cap = sq_cap;
-    q->sh->sq_off = sq_offset(rq_cap);
-    q->sh->recv_cq_off = ((struct soft_cq *)init->recv_cq)->sh_off;
-    q->sh->send_cq_off = ((struct soft_cq *)init->send_cq)->sh_off;
+    q->sh->recv_db = rcq->db;
+    q->sh->send_db = scq->db;
     q->sh->mtu = (uint8_t)p->mtu;
     q->sh->dev_index = (uint8_t)sd->index;
-    q->sh->pd = pd->handle;
     atomic_store(&q->sh->state, IBV_QPS_RESET);
     q->sh->qpn = qpn;
+    q->self = (struct soft_qp_view){
+        .peer = sd->self, .sh = q->sh, .rq = q->sh->rq,
+        .sq = (struct soft_swr *)((char *)q->sh + soft_sq_offset(rq_cap)),
+        .recv_db = rcq->dbp, .send_db = scq->dbp, .qpn = qpn, .qp_type = (uint32_t)t,
+        .rq_cap = rq_cap, .sq_cap = sq_cap, .recv_dbi = rcq->db, .send_dbi = scq->db,
+        .pid = sd->pid,
+    };
     q->sd = sd;
     q->mtu = p->mtu;
     q->sq_sig_all = init->sq_sig_all != 0;
@@ -164,23 +177,55 @@ static const char *mask_names(int mask, char *buf, size_t len)
     return buf;
 }
 
+static void flush_wc(struct soft_qp *q, struct soft_cq *cq, const struct soft_wr *w,
+                     enum ibv_wc_opcode op)
+{
+    struct ibv_wc wc = {.wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR, .opcode = op,
+                        .vendor_err = SOFT_VERR_FLUSH, .qp_num = q->qp.qp_num};
+    if (q->broken && !q->broken_told) {
+        /* the first one says why the queue pair broke */
+        wc.status = IBV_WC_LOC_QP_OP_ERR;
+        wc.vendor_err = SOFT_VERR_CORRUPT;
+        q->broken_told = true;
+    }
+    soft_cq_add(cq, &wc);
+}
+
+/* What finished is reported; the receives not yet finished are taken back
+ * (a CAS on each slot's seq: a sender that is copying into one now loses
+ * its result, as a NIC's DMA in flight at an error). */
+/* A sender is writing the result of receive c (a few stores): wait for it,
+ * bounded (it may have died in between). */
+static bool writing_ends(struct soft_rqe *e, uint64_t c)
+{
+    uint64_t until = now_ns() + 1000000ull;
+    while (atomic_load_explicit(&e->seq, memory_order_acquire) == ((c + 1) | SOFT_RQE_WRITING))
+        if (now_ns() > until)
+            return false;
+    return true;
+}
+
 static void flush_rq(struct soft_qp *q)
 {
-    struct soft_qp_shared *s = q->sh;
-    struct soft_cq_shared *rcq = ((struct soft_cq *)q->qp.recv_cq)->sh;
+    struct soft_cq *rcq = (struct soft_cq *)q->qp.recv_cq;
     for (;;) {
-        uint64_t c = atomic_load(&s->rq_cons);
-        if (c >= atomic_load(&s->rq_prod))
+        soft_reap_recv(q);      /* what finished, in order */
+        if (q->rq_done >= q->rq_prod)
             break;
-        struct soft_rqe r;
-        soft_rqe_copy(&r, &s->rq[c % s->rq_cap]);
-        if (!atomic_compare_exchange_strong(&s->rq_cons, &c, c + 1))
-            continue;
-        q->rq_frames_done += r.frames;
-        struct ibv_wc wc = {.wr_id = r.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
-                            .opcode = IBV_WC_RECV, .vendor_err = SOFT_VERR_FLUSH,
-                            .qp_num = q->qp.qp_num};
-        soft_cq_push(q->sd, rcq, &wc);
+        uint64_t c = q->rq_done, want = c + 1;
+        struct soft_rqe *e = &q->sh->rq[c % q->rq_cap];
+        if (!atomic_compare_exchange_strong(&e->seq, &want, 0)) {
+            if (want == ((c + 1) | SOFT_RQE_WRITING) && writing_ends(e, c))
+                continue;       /* its result is there now */
+            if (want == ((c + 1) | SOFT_RQE_DONE) && !rcq->overrun)
+                continue;       /* it finished just now: reap it */
+            /* a bad value (the reaping said so), or no room to report it */
+            atomic_store(&e->seq, 0);
+        }
+        struct soft_wr *w = &q->rq_wr[c % q->rq_cap];
+        q->rq_frames -= w->frames;
+        q->rq_done++;
+        flush_wc(q, rcq, w, IBV_WC_RECV);
     }
 }
 
@@ -197,20 +242,17 @@ static bool sq_lock_wait(struct soft_dev *sd, struct soft_qp_shared *s)
 
 static void flush_sq(struct soft_qp *q)
 {
-    struct soft_qp_shared *s = q->sh;
-    struct soft_cq_shared *scq = ((struct soft_cq *)q->qp.send_cq)->sh;
-    bool locked = sq_lock_wait(q->sd, s);
-    uint64_t h = atomic_load(&s->sq_head), t = atomic_load(&s->sq_tail);
-    for (; h < t; h++) {
-        struct soft_swr *w = &soft_sq(s)[h % s->sq_cap];
-        struct ibv_wc wc = {.wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR,
-                            .opcode = IBV_WC_SEND, .vendor_err = SOFT_VERR_FLUSH,
-                            .qp_num = q->qp.qp_num};
-        soft_cq_push(q->sd, scq, &wc);
+    struct soft_cq *scq = (struct soft_cq *)q->qp.send_cq;
+    bool locked = sq_lock_wait(q->sd, q->sh);
+    soft_reap_send(q);
+    for (; q->sq_done < q->sq_tail; q->sq_done++) {
+        struct soft_wr *w = &q->sq_wr[q->sq_done % q->sq_cap];
+        q->sq_frames -= w->frames;
+        flush_wc(q, scq, w, w->opcode);
     }
-    atomic_store(&s->sq_head, t);
+    atomic_store(&q->sh->sq_head, q->sq_tail);
     if (locked)
-        soft_sq_unlock(s);
+        soft_sq_unlock(q->sh);
 }
 
 void soft_qp_to_err(struct soft_qp *q)
@@ -219,6 +261,29 @@ void soft_qp_to_err(struct soft_qp *q)
     atomic_store(&q->sh->state, IBV_QPS_ERR);
     flush_sq(q);
     flush_rq(q);
+}
+
+void soft_corrupt(struct soft_dev *sd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sd->corrupt_why, sizeof sd->corrupt_why, fmt, ap);
+    va_end(ap);
+}
+
+void soft_qp_break(struct soft_qp *q, bool reported, const char *fmt, ...)
+{
+    char why[TBRT_WHY_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    soft_corrupt(q->sd, "QP 0x%x broke: %s", q->qp.qp_num, why);
+    if (q->qp.state == IBV_QPS_ERR || q->qp.state == IBV_QPS_RESET)
+        return;
+    q->broken = true;
+    q->broken_told = reported;
+    soft_qp_to_err(q);
 }
 
 void soft_check_attention(struct soft_dev *sd)
@@ -233,24 +298,27 @@ void soft_check_attention(struct soft_dev *sd)
             soft_qp_to_err(q);
 }
 
+/* Nothing outstanding survives RESET, and no completions. The indices go on
+ * counting (a late peer's write for an old slot cannot match a new one). */
 static void to_reset(struct soft_qp *q)
 {
     bool locked = sq_lock_wait(q->sd, q->sh);
-    atomic_store(&q->sh->sq_head, 0);
-    atomic_store(&q->sh->sq_tail, 0);
+    atomic_store(&q->sh->sq_head, q->sq_tail);
+    atomic_store(&q->sh->sq_tail, q->sq_tail);
     if (locked)
         soft_sq_unlock(q->sh);
-    q->sq_seen = 0;
+    q->sq_done = q->sq_tail;
     q->sq_frames = 0;
-    atomic_store(&q->sh->rq_prod, 0);
-    for (uint32_t i = 0; i < q->sh->rq_cap; i++)
+    for (uint64_t c = q->rq_done; c < q->rq_prod; c++)
+        writing_ends(&q->sh->rq[c % q->rq_cap], c);
+    for (uint32_t i = 0; i < q->rq_cap; i++)
         atomic_store(&q->sh->rq[i].seq, 0);    /* old entries must not look posted */
-    atomic_store(&q->sh->rq_cons, 0);
+    atomic_store(&q->sh->rq_cons, q->rq_prod);
+    q->rq_done = q->rq_prod;
     atomic_store(&q->sh->remote_err, 0);
     q->rq_frames = 0;
-    q->rq_frames_done = 0;
-    q->peer = NULL;
-    q->peer_qp = NULL;
+    q->broken = q->broken_told = false;
+    q->peer.peer = NULL;
 }
 
 static int check_rtr_path(struct soft_qp *q, struct ibv_qp_attr *a, int mask)
@@ -355,16 +423,17 @@ int soft_modify_qp(tbrt_qp *qp, struct ibv_qp_attr *a, int mask)
     }
     if (mask & IBV_QP_ACCESS_FLAGS)
         q->access = (int)a->qp_access_flags;
-    if (mask & IBV_QP_QKEY)
+    if (mask & IBV_QP_QKEY) {
+        q->qkey = a->qkey;
         q->sh->qkey = a->qkey;
+    }
     if (mask & IBV_QP_DEST_QPN) {
         if (a->dest_qp_num < 2 || a->dest_qp_num > 0xffffff)
             return dev_fail(dev, EINVAL, "modify_qp: dest_qp_num 0x%x is not a connectable QP",
                             a->dest_qp_num);
         q->dest_qpn = a->dest_qp_num;
         q->sh->dest_qpn = a->dest_qp_num;
-        q->peer = NULL;
-        q->peer_qp = NULL;
+        q->peer.peer = NULL;
         q->peer_checked_ns = 0;
     }
     if (mask & IBV_QP_RQ_PSN)
@@ -376,11 +445,11 @@ int soft_modify_qp(tbrt_qp *qp, struct ibv_qp_attr *a, int mask)
         q->sh->min_rnr_timer = q->min_rnr_timer;
     }
     if (mask & IBV_QP_TIMEOUT)
-        q->sh->timeout = a->timeout & 31;
+        q->sh->timeout = q->timeout = a->timeout & 31;
     if (mask & IBV_QP_RETRY_CNT)
-        q->sh->retry_cnt = a->retry_cnt & 7;
+        q->sh->retry_cnt = q->retry_cnt = a->retry_cnt & 7;
     if (mask & IBV_QP_RNR_RETRY)
-        q->sh->rnr_retry = a->rnr_retry & 7;
+        q->sh->rnr_retry = q->rnr_retry = a->rnr_retry & 7;
     qp->state = to;
     atomic_store(&q->sh->state, (uint32_t)to);
     return 0;
@@ -393,13 +462,15 @@ int soft_destroy_qp(tbrt_qp *qp)
     soft_slot_free(sd, qp->qp_num);
     atomic_store(&q->sh->state, IBV_QPS_RESET);
     q->sh->qpn = 0;             /* peers holding a pointer see it gone */
-    soft_ctx_release(sd, q->sh_off, qp_bytes(q->sh->rq_cap, q->sh->sq_cap));
+    soft_ctx_release(sd, q->sh_off, q->sh_bytes);
     for (struct soft_qp **pp = &sd->qps; *pp; pp = &(*pp)->next)
         if (*pp == q) {
             *pp = q->next;
             break;
         }
     sd->nqp--;
+    free(q->rq_wr);
+    free(q->sq_wr);
     free(q);
     return 0;
 }
