@@ -37,7 +37,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include "dev/dev.h"
 
@@ -384,6 +386,7 @@ struct soft_dev {
     /* fabric */
     int fabric_fd;
     struct soft_fabric_hdr *fabric;
+    char shm_dir[256];          /* our private directory (util/private_dir.h) */
     /* context segment */
     int ctx_fd;
     struct soft_ctx_hdr *ctx;
@@ -522,8 +525,11 @@ void soft_peers_close(struct soft_dev *sd);
 /* Wake the owner of doorbell dbi of the peer's context, if it is armed. */
 void soft_ring(struct soft_dev *sd, struct soft_peer *peer, struct soft_doorbell *db,
                uint32_t dbi);
-/* The abstract socket name of doorbell dbi of context ctx_id. */
-void soft_wake_name(uint64_t ctx_id, uint32_t dbi, char *out, size_t len);
+/* The wake-up socket of doorbell dbi of context ctx_id of process pid, in
+ * our private directory (only this user can reach it): its address, or
+ * -ENAMETOOLONG when the directory's path leaves no room. */
+int soft_wake_addr(struct soft_dev *sd, int32_t pid, uint64_t ctx_id, uint32_t dbi,
+                   struct sockaddr_un *a, socklen_t *len);
 
 /* soft_mem.c */
 /* A device joins / leaves the process's registrations (open / close; close

@@ -5,10 +5,11 @@
  * (soft_exec.c), and the owner turns results into completions when it
  * polls (soft_reap_*, soft_post.c), from its own records of what was
  * posted. A ring that fills up before the user polls overruns, as on
- * hardware. The completion fd is a datagram socket in the abstract
- * namespace, named from the context and the CQ's doorbell: a peer that
- * leaves a result while the doorbell is armed disarms it and sends one
- * byte (soft_ring). */
+ * hardware. The completion fd is a datagram socket in this user's private
+ * directory (0700: no other user can send to it, or fill its queue so
+ * that real wake-ups are lost), named from the process, the context and
+ * the CQ's doorbell: a peer that leaves a result while the doorbell is armed
+ * disarms it and sends one byte (soft_ring). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,20 +23,29 @@
 
 static int bind_wake(struct soft_dev *sd, uint32_t db)
 {
+    struct sockaddr_un a;
+    socklen_t len;
+    int rc = soft_wake_addr(sd, sd->pid, sd->ctx_id, db, &a, &len);
+    if (rc)
+        return rc;
     int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return -errno;
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    char name[64];
-    soft_wake_name(sd->ctx_id, db, name, sizeof name);
-    size_t n = strlen(name);
-    memcpy(a.sun_path + 1, name, n);
-    if (bind(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n))) {
+    unlink(a.sun_path);         /* ours by name (pid and context): a leftover */
+    if (bind(fd, (struct sockaddr *)&a, len)) {
         int e = errno;
         close(fd);
         return -e;
     }
     return fd;
+}
+
+static void unbind_wake(struct soft_dev *sd, uint32_t db)
+{
+    struct sockaddr_un a;
+    socklen_t len;
+    if (soft_wake_addr(sd, sd->pid, sd->ctx_id, db, &a, &len) == 0)
+        unlink(a.sun_path);
 }
 
 int soft_create_cq(tbrt_dev *dev, int cqe, tbrt_cq **out)
@@ -63,7 +73,9 @@ int soft_create_cq(tbrt_dev *dev, int cqe, tbrt_cq **out)
     if (fd < 0) {
         free(c);
         free(ring);
-        return dev_fail(dev, -fd, "create_cq: completion socket: %s", strerror(-fd));
+        return dev_fail(dev, -fd, "create_cq: completion socket in %s: %s", sd->shm_dir,
+                        fd == -ENAMETOOLONG ? "the directory's path is too long for a socket "
+                                              "(a shorter TBRT_SHM_DIR)" : strerror(-fd));
     }
     sd->db_used[db] = 1;
     c->cap = cap;
@@ -91,6 +103,7 @@ int soft_destroy_cq(tbrt_cq *cq)
             break;
         }
     close(cq->fd);
+    unbind_wake(sd, c->db);
     sd->db_used[c->db] = 0;
     free(c->ring);
     free(c);

@@ -9,7 +9,12 @@
  * and linux-rc queue pairs never meet (different fabrics, as on real hosts).
  * Allocation takes flock(), which the kernel drops when a process dies, so a
  * killed process can never wedge the fabric; its slots are reclaimed when the
- * owner pid is found dead. */
+ * owner pid is found dead.
+ *
+ * Completion queues' wake-up sockets live in the same directory (named by
+ * soft_wake_path), so only processes of this user can reach them; those a
+ * killed process left behind are removed when a device opens. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -64,18 +69,39 @@ static int fabric_name(struct soft_dev *sd, char *out, size_t len)
     return 0;
 }
 
+/* Completion wake-up sockets of processes that died without closing their
+ * devices: their names start with wake-<pid>-. */
+static void wake_sweep(int dfd)
+{
+    int d2 = dup(dfd);
+    DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
+    if (!d) {
+        if (d2 >= 0)
+            close(d2);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        int pid;
+        if (sscanf(de->d_name, "wake-%d-", &pid) == 1 && pid_dead(pid))
+            unlinkat(dfd, de->d_name, 0);
+    }
+    closedir(d);
+}
+
 static int fabric_map(struct soft_dev *sd)
 {
-    char dir[256], name[96], path[384], why[TBRT_WHY_MAX];
+    char *dir = sd->shm_dir, name[96], path[384], why[TBRT_WHY_MAX];
     int rc = fabric_name(sd, name, sizeof name);
     if (rc)
         return rc;
-    int dfd = private_dir_open(dir, sizeof dir, why, sizeof why);
+    int dfd = private_dir_open(dir, sizeof sd->shm_dir, why, sizeof why);
     if (dfd < 0)
         return dev_fail(&sd->dev, -dfd, "fabric registry: %s", why);
     snprintf(path, sizeof path, "%s/%s", dir, name);
     bool created;
     int fd = private_file_open(dfd, dir, name, &created, why, sizeof why);
+    wake_sweep(dfd);
     close(dfd);
     if (fd < 0)
         return dev_fail(&sd->dev, -fd, "fabric registry: %s", why);

@@ -369,9 +369,17 @@ int soft_peer_mem(struct soft_dev *sd, struct soft_peer *peer, uint32_t key, uin
     return 0;
 }
 
-void soft_wake_name(uint64_t ctx_id, uint32_t dbi, char *out, size_t len)
+int soft_wake_addr(struct soft_dev *sd, int32_t pid, uint64_t ctx_id, uint32_t dbi,
+                   struct sockaddr_un *a, socklen_t *len)
 {
-    snprintf(out, len, "tbrt-soft/%016llx/db%u", (unsigned long long)ctx_id, dbi);
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    int n = snprintf(a->sun_path, sizeof a->sun_path, "%s/wake-%d-%016llx-%u", sd->shm_dir,
+                     (int)pid, (unsigned long long)ctx_id, dbi);
+    if (n < 0 || (size_t)n >= sizeof a->sun_path)
+        return -ENAMETOOLONG;
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n + 1);
+    return 0;
 }
 
 void soft_ring(struct soft_dev *sd, struct soft_peer *peer, struct soft_doorbell *db,
@@ -383,14 +391,13 @@ void soft_ring(struct soft_dev *sd, struct soft_peer *peer, struct soft_doorbell
     if (!atomic_load_explicit(&db->armed, memory_order_relaxed) ||
         !atomic_exchange(&db->armed, 0))
         return;
-    /* the name comes from what we checked (the context id we mapped and a
-     * doorbell index below SOFT_MAX_CQ), never from the peer's memory */
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    char name[64];
-    soft_wake_name(peer->ctx_id, dbi, name, sizeof name);
-    size_t n = strlen(name);
-    memcpy(a.sun_path + 1, name, n); /* abstract namespace */
-    char b = 1;
-    sendto(sd->wake_fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a,
-           (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n));
+    /* the address comes from what we checked (the process and context we
+     * mapped, a doorbell index below SOFT_MAX_CQ) and our own directory,
+     * never from the peer's memory */
+    struct sockaddr_un a;
+    socklen_t len;
+    if (soft_wake_addr(sd, peer->pid, peer->ctx_id, dbi, &a, &len) == 0) {
+        char b = 1;
+        sendto(sd->wake_fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len);
+    }
 }
