@@ -6,6 +6,6 @@ SOFT_SCRIBBLE := $(BUILD)/test/soft-scribble
 
 all: $(SOFT_SCRIBBLE)
 
-$(SOFT_SCRIBBLE): spec/support/soft_scribble.c core/soft/soft.h $(BUILD)/libtbrt.a
+$(SOFT_SCRIBBLE): spec/support/soft_scribble.c core/soft/wire/shm/shm.h $(BUILD)/libtbrt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libtbrt.a $(LDLIBS_CORE)

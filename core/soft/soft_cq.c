@@ -1,52 +1,17 @@
 /* soft_cq.c - completion queues of the soft device.
  *
  * A CQ is a ring in process memory that only its owner writes: finished
- * work is reported by whoever did it as a result in the queue pair's slot
- * (soft_exec.c), and the owner turns results into completions when it
- * polls (soft_reap_*, soft_post.c), from its own records of what was
- * posted. A ring that fills up before the user polls overruns, as on
- * hardware. The completion fd is a datagram socket in this user's private
- * directory (0700: no other user can send to it, or fill its queue so
- * that real wake-ups are lost), named from the process, the context and
- * the CQ's doorbell: a peer that leaves a result while the doorbell is armed
- * disarms it and sends one byte (soft_ring). */
+ * work is reported by the wire as results, and the owner turns them into
+ * completions when it polls (soft_reap.c). A ring that fills up before the
+ * user polls overruns, as on hardware. The completion fd and its arming are
+ * the wire's (for shm a socket in the user's private directory that a peer
+ * leaving a result for an armed CQ writes one byte to). */
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 #include "soft/soft.h"
 #include "util/util.h"
-
-static int bind_wake(struct soft_dev *sd, uint32_t db)
-{
-    struct sockaddr_un a;
-    socklen_t len;
-    int rc = soft_wake_addr(sd, sd->pid, sd->ctx_id, db, &a, &len);
-    if (rc)
-        return rc;
-    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return -errno;
-    unlink(a.sun_path);         /* ours by name (pid and context): a leftover */
-    if (bind(fd, (struct sockaddr *)&a, len)) {
-        int e = errno;
-        close(fd);
-        return -e;
-    }
-    return fd;
-}
-
-static void unbind_wake(struct soft_dev *sd, uint32_t db)
-{
-    struct sockaddr_un a;
-    socklen_t len;
-    if (soft_wake_addr(sd, sd->pid, sd->ctx_id, db, &a, &len) == 0)
-        unlink(a.sun_path);
-}
 
 int soft_create_cq(tbrt_dev *dev, int cqe, tbrt_cq **out)
 {
@@ -56,12 +21,6 @@ int soft_create_cq(tbrt_dev *dev, int cqe, tbrt_cq **out)
     uint32_t cap = 1;
     while (cap < (uint32_t)cqe)
         cap <<= 1;
-    uint32_t db = 0;
-    while (db < SOFT_MAX_CQ && sd->db_used[db])
-        db++;
-    if (db == SOFT_MAX_CQ)
-        return dev_fail(dev, ENOMEM, "create_cq: at most %d completion queues per device",
-                        SOFT_MAX_CQ);
     struct soft_cq *c = calloc(1, sizeof *c);
     struct ibv_wc *ring = calloc(cap, sizeof *ring);
     if (!c || !ring) {
@@ -69,20 +28,16 @@ int soft_create_cq(tbrt_dev *dev, int cqe, tbrt_cq **out)
         free(ring);
         return dev_fail(dev, ENOMEM, "create_cq: out of memory");
     }
-    int fd = bind_wake(sd, db);
-    if (fd < 0) {
+    char why[TBRT_WHY_MAX];
+    int fd = -1;
+    int rc = sd->wops->cq_create(sd->wire, &c->wcq, &fd, why, sizeof why);
+    if (rc) {
         free(c);
         free(ring);
-        return dev_fail(dev, -fd, "create_cq: completion socket in %s: %s", sd->shm_dir,
-                        fd == -ENAMETOOLONG ? "the directory's path is too long for a socket "
-                                              "(a shorter TBRT_SHM_DIR)" : strerror(-fd));
+        return dev_fail(dev, -rc, "create_cq: %s", why);
     }
-    sd->db_used[db] = 1;
     c->cap = cap;
     c->ring = ring;
-    c->db = db;
-    c->dbp = (struct soft_doorbell *)((char *)sd->ctx + SOFT_CTX_DB_OFF) + db;
-    atomic_store(&c->dbp->armed, 0);
     c->cq = (tbrt_cq){.dev = dev, .cqe = (int)cap, .fd = fd};
     c->next = sd->cqs;
     sd->cqs = c;
@@ -102,9 +57,7 @@ int soft_destroy_cq(tbrt_cq *cq)
             *pp = c->next;
             break;
         }
-    close(cq->fd);
-    unbind_wake(sd, c->db);
-    sd->db_used[c->db] = 0;
+    sd->wops->cq_destroy(c->wcq);
     free(c->ring);
     free(c);
     return 0;
@@ -120,40 +73,12 @@ bool soft_cq_add(struct soft_cq *c, const struct ibv_wc *wc)
     return true;
 }
 
-/* Finished work of the queues that feed this CQ, oldest first (by the
- * executors' stamps; what needs handling now goes first). */
-static void reap(struct soft_dev *sd, tbrt_cq *cq)
-{
-    for (;;) {
-        struct soft_qp *best = NULL;
-        bool best_recv = false;
-        uint64_t best_stamp = UINT64_MAX, stamp;
-        for (struct soft_qp *q = sd->qps; q; q = q->next) {
-            int r;
-            if (q->qp.recv_cq == cq && (r = soft_recv_ready(q, &stamp)) != 0 &&
-                (r < 0 || !best || stamp < best_stamp)) {
-                best = q, best_recv = true, best_stamp = r < 0 ? 0 : stamp;
-            }
-            if (q->qp.send_cq == cq && (r = soft_send_ready(q, &stamp)) != 0 &&
-                (r < 0 || !best || stamp < best_stamp)) {
-                best = q, best_recv = false, best_stamp = r < 0 ? 0 : stamp;
-            }
-        }
-        if (!best || !(best_recv ? soft_recv_take(best) : soft_send_take(best)))
-            return;
-    }
-}
-
 int soft_poll_cq(tbrt_cq *cq, int n, struct ibv_wc *wc)
 {
     struct soft_cq *c = (struct soft_cq *)cq;
     struct soft_dev *sd = soft_of(cq->dev);
-    soft_check_attention(sd);
     soft_progress(sd);
-    /* a peer's run of our queue may have failed just now: ERR comes with
-     * the completion that says so, as on hardware */
-    soft_check_attention(sd);
-    reap(sd, cq);
+    soft_reap_cq(sd, c);
     if (TBRT_UNLIKELY(c->overrun))
         return dev_fail(cq->dev, EOVERFLOW,
                         "poll_cq: completion queue overrun (more than %u completions outstanding)",
@@ -166,17 +91,13 @@ int soft_poll_cq(tbrt_cq *cq, int n, struct ibv_wc *wc)
 
 int soft_req_notify_cq(tbrt_cq *cq)
 {
-    struct soft_cq *c = (struct soft_cq *)cq;
-    atomic_store(&c->dbp->armed, 1);
-    atomic_thread_fence(memory_order_seq_cst);
+    struct soft_dev *sd = soft_of(cq->dev);
+    sd->wops->cq_arm(((struct soft_cq *)cq)->wcq);
     return 0;
 }
 
 int soft_ack_cq_events(tbrt_cq *cq)
 {
-    char buf[64];
-    int n = 0;
-    while (recv(cq->fd, buf, sizeof buf, MSG_DONTWAIT) > 0)
-        n++;
-    return n;
+    struct soft_dev *sd = soft_of(cq->dev);
+    return sd->wops->cq_ack(((struct soft_cq *)cq)->wcq);
 }

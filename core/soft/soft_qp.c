@@ -21,11 +21,12 @@
  * cannot reach (EHOSTUNREACH), with a message saying so, because on real
  * hardware those cases fail silently later.
  *
- * A QP that met a bad value in shared memory breaks (soft_qp_break): the
- * text goes to the device's SOFT_VERR_CORRUPT, the QP to ERR, and its first
- * flushed work request completes with IBV_WC_LOC_QP_OP_ERR saying why. */
+ * The wire gets the attributes after every change (soft_wire_qp_attr).
+ * A QP that met a bad value (from a peer, through the wire) breaks
+ * (soft_qp_break): the text is the device's SOFT_VERR_CORRUPT, the QP goes
+ * to ERR, and its first flushed work request completes with
+ * IBV_WC_LOC_QP_OP_ERR saying why. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,40 +79,22 @@ int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out)
         free(q);
         return dev_fail(dev, ENOMEM, "create_qp: out of memory");
     }
-    q->sh_bytes = soft_qp_bytes(rq_cap, sq_cap);
-    q->sh = soft_ctx_alloc(sd, q->sh_bytes, &q->sh_off);
+    struct soft_wire_qp_init wi = {.qp_type = (uint32_t)t, .rq_cap = rq_cap, .sq_cap = sq_cap,
+                                   .recv_cq = ((struct soft_cq *)init->recv_cq)->wcq,
+                                   .send_cq = ((struct soft_cq *)init->send_cq)->wcq, .cookie = q};
+    char why[TBRT_WHY_MAX];
     uint32_t qpn = 0;
-    int rc = q->sh ? soft_slot_alloc(sd, q->sh_off, (uint32_t)t, &qpn)
-                   : dev_fail(dev, ENOMEM, "create_qp: device context full");
+    int rc = sd->wops->qp_create(sd->wire, &wi, &q->wq, &qpn, why, sizeof why);
     if (rc) {
-        if (q->sh)
-            soft_ctx_release(sd, q->sh_off, q->sh_bytes);
         free(q->rq_wr);
         free(q->sq_wr);
         free(q);
-        return rc;
+        return dev_fail(dev, -rc, "create_qp: %s", why);
     }
-    struct soft_cq *rcq = (struct soft_cq *)init->recv_cq, *scq = (struct soft_cq *)init->send_cq;
     q->rq_cap = rq_cap;
     q->sq_cap = sq_cap;
-    q->sh->qp_type = (uint32_t)t;
-    q->sh->rq_cap = rq_cap;
-    q->sh->sq_cap = sq_cap;
-    q->sh->recv_db = rcq->db;
-    q->sh->send_db = scq->db;
-    q->sh->mtu = (uint8_t)p->mtu;
-    q->sh->dev_index = (uint8_t)sd->index;
-    atomic_store(&q->sh->state, IBV_QPS_RESET);
-    q->sh->qpn = qpn;
-    q->self = (struct soft_qp_view){
-        .peer = sd->self, .sh = q->sh, .rq = q->sh->rq,
-        .sq = (struct soft_swr *)((char *)q->sh + soft_sq_offset(rq_cap)),
-        .recv_db = rcq->dbp, .send_db = scq->dbp, .qpn = qpn, .qp_type = (uint32_t)t,
-        .rq_cap = rq_cap, .sq_cap = sq_cap, .recv_dbi = rcq->db, .send_dbi = scq->db,
-        .pid = sd->pid,
-    };
     q->sd = sd;
-    q->mtu = p->mtu;
+    q->a = (struct soft_wire_qp_attr){.state = IBV_QPS_RESET, .mtu = (uint8_t)p->mtu};
     q->sq_sig_all = init->sq_sig_all != 0;
     if (cap->max_send_sge == 0)
         cap->max_send_sge = 1;
@@ -177,108 +160,18 @@ static const char *mask_names(int mask, char *buf, size_t len)
     return buf;
 }
 
-static void flush_wc(struct soft_qp *q, struct soft_cq *cq, const struct soft_wr *w,
-                     enum ibv_wc_opcode op)
-{
-    struct ibv_wc wc = {.wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR, .opcode = op,
-                        .vendor_err = SOFT_VERR_FLUSH, .qp_num = q->qp.qp_num};
-    if (q->broken && !q->broken_told) {
-        /* the first one says why the queue pair broke */
-        wc.status = IBV_WC_LOC_QP_OP_ERR;
-        wc.vendor_err = SOFT_VERR_CORRUPT;
-        q->broken_told = true;
-    }
-    soft_cq_add(cq, &wc);
-}
-
-/* What finished is reported; the receives not yet finished are taken back
- * (a CAS on each slot's seq: a sender that is copying into one now loses
- * its result, as a NIC's DMA in flight at an error). */
-/* A sender is writing the result of receive c (a few stores): wait for it,
- * bounded (it may have died in between). */
-static bool writing_ends(struct soft_rqe *e, uint64_t c)
-{
-    uint64_t until = now_ns() + 1000000ull;
-    while (atomic_load_explicit(&e->seq, memory_order_acquire) == ((c + 1) | SOFT_RQE_WRITING))
-        if (now_ns() > until)
-            return false;
-    return true;
-}
-
-static void flush_rq(struct soft_qp *q)
-{
-    struct soft_cq *rcq = (struct soft_cq *)q->qp.recv_cq;
-    for (;;) {
-        soft_reap_recv(q);      /* what finished, in order */
-        if (q->rq_done >= q->rq_prod)
-            break;
-        uint64_t c = q->rq_done, want = c + 1;
-        struct soft_rqe *e = &q->sh->rq[c % q->rq_cap];
-        if (!atomic_compare_exchange_strong(&e->seq, &want, 0)) {
-            if (want == ((c + 1) | SOFT_RQE_WRITING) && writing_ends(e, c))
-                continue;       /* its result is there now */
-            if (want == ((c + 1) | SOFT_RQE_DONE) && !rcq->overrun)
-                continue;       /* it finished just now: reap it */
-            /* a bad value (the reaping said so), or no room to report it */
-            atomic_store(&e->seq, 0);
-        }
-        struct soft_wr *w = &q->rq_wr[c % q->rq_cap];
-        q->rq_frames -= w->frames;
-        q->rq_done++;
-        flush_wc(q, rcq, w, IBV_WC_RECV);
-    }
-}
-
-/* Take the send queue's lock even from a peer that is running it right now
- * (it lets go within one send), bounded. */
-static bool sq_lock_wait(struct soft_dev *sd, struct soft_qp_shared *s)
-{
-    uint64_t until = now_ns() + 100000000ull;
-    while (!soft_sq_lock(sd, s, true))
-        if (now_ns() > until)
-            return false;
-    return true;
-}
-
-static void flush_sq(struct soft_qp *q)
-{
-    struct soft_cq *scq = (struct soft_cq *)q->qp.send_cq;
-    bool locked = sq_lock_wait(q->sd, q->sh);
-    soft_reap_send(q);
-    for (; q->sq_done < q->sq_tail; q->sq_done++) {
-        struct soft_wr *w = &q->sq_wr[q->sq_done % q->sq_cap];
-        q->sq_frames -= w->frames;
-        flush_wc(q, scq, w, w->opcode);
-    }
-    atomic_store(&q->sh->sq_head, q->sq_tail);
-    if (locked)
-        soft_sq_unlock(q->sh);
-}
-
 void soft_qp_to_err(struct soft_qp *q)
 {
     q->qp.state = IBV_QPS_ERR;
-    atomic_store(&q->sh->state, IBV_QPS_ERR);
-    flush_sq(q);
-    flush_rq(q);
+    q->a.state = IBV_QPS_ERR;
+    q->sd->wops->qp_modify(q->wq, &q->a);
+    /* what had finished, as it finished; the rest flushed */
+    soft_reap_send(q);
+    soft_reap_recv(q);
 }
 
-void soft_corrupt(struct soft_dev *sd, const char *fmt, ...)
+void soft_qp_break(struct soft_qp *q, bool reported)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sd->corrupt_why, sizeof sd->corrupt_why, fmt, ap);
-    va_end(ap);
-}
-
-void soft_qp_break(struct soft_qp *q, bool reported, const char *fmt, ...)
-{
-    char why[TBRT_WHY_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    soft_corrupt(q->sd, "QP 0x%x broke: %s", q->qp.qp_num, why);
     if (q->qp.state == IBV_QPS_ERR || q->qp.state == IBV_QPS_RESET)
         return;
     q->broken = true;
@@ -286,39 +179,18 @@ void soft_qp_break(struct soft_qp *q, bool reported, const char *fmt, ...)
     soft_qp_to_err(q);
 }
 
-void soft_check_attention(struct soft_dev *sd)
-{
-    uint64_t a = atomic_load_explicit(&sd->ctx->attention, memory_order_acquire);
-    if (TBRT_LIKELY(a == sd->attention_seen))
-        return;
-    sd->attention_seen = a;
-    for (struct soft_qp *q = sd->qps; q; q = q->next)
-        if (atomic_load(&q->sh->remote_err) && q->qp.state != IBV_QPS_ERR &&
-            q->qp.state != IBV_QPS_RESET)
-            soft_qp_to_err(q);
-}
-
 /* Nothing outstanding survives RESET, and no completions. The indices go on
- * counting (a late peer's write for an old slot cannot match a new one). */
+ * counting, in the wire too. */
 static void to_reset(struct soft_qp *q)
 {
-    bool locked = sq_lock_wait(q->sd, q->sh);
-    atomic_store(&q->sh->sq_head, q->sq_tail);
-    atomic_store(&q->sh->sq_tail, q->sq_tail);
-    if (locked)
-        soft_sq_unlock(q->sh);
-    q->sq_done = q->sq_tail;
-    q->sq_frames = 0;
-    for (uint64_t c = q->rq_done; c < q->rq_prod; c++)
-        writing_ends(&q->sh->rq[c % q->rq_cap], c);
-    for (uint32_t i = 0; i < q->rq_cap; i++)
-        atomic_store(&q->sh->rq[i].seq, 0);    /* old entries must not look posted */
-    atomic_store(&q->sh->rq_cons, q->rq_prod);
+    q->qp.state = IBV_QPS_RESET;
+    q->a.state = IBV_QPS_RESET;
+    q->sd->wops->qp_modify(q->wq, &q->a);
     q->rq_done = q->rq_prod;
-    atomic_store(&q->sh->remote_err, 0);
-    q->rq_frames = 0;
+    q->sq_done = q->sq_tail;
+    q->rq_frames = q->sq_frames = 0;
+    q->have_rres = q->have_sres = false;
     q->broken = q->broken_told = false;
-    q->peer.peer = NULL;
 }
 
 static int check_rtr_path(struct soft_qp *q, struct ibv_qp_attr *a, int mask)
@@ -331,12 +203,11 @@ static int check_rtr_path(struct soft_qp *q, struct ibv_qp_attr *a, int mask)
         if (a->path_mtu < IBV_MTU_256 || a->path_mtu > sd->p->mtu)
             return dev_fail(dev, EINVAL, "modify_qp RTR: path_mtu %d above the port's MTU %d",
                             128 << a->path_mtu, 128 << sd->p->mtu);
-        q->mtu = a->path_mtu;
-        q->sh->mtu = (uint8_t)a->path_mtu;
+        q->a.mtu = (uint8_t)a->path_mtu;
     }
     if (!(mask & IBV_QP_AV))
         return 0;
-    uint8_t port = a->ah_attr.port_num ? a->ah_attr.port_num : q->port;
+    uint8_t port = a->ah_attr.port_num ? a->ah_attr.port_num : q->a.port;
     if (port < 1 || port > sd->p->nports)
         return dev_fail(dev, EINVAL, "modify_qp RTR: port %u does not exist (1..%d)", port,
                         sd->p->nports);
@@ -352,15 +223,16 @@ static int check_rtr_path(struct soft_qp *q, struct ibv_qp_attr *a, int mask)
     if (soft_query_gid(dev, port, a->ah_attr.grh.sgid_index, &e) < 0)
         return dev_fail(dev, EINVAL, "modify_qp RTR: sgid_index %u is not a GID of port %u",
                         a->ah_attr.grh.sgid_index, port);
-    if (!soft_gid_is_local(sd, a->ah_attr.grh.dgid.raw)) {
+    char why[TBRT_WHY_MAX];
+    if (!sd->wops->reaches(sd->wire, a->ah_attr.grh.dgid.raw,
+                           soft_gid_is_local(sd, a->ah_attr.grh.dgid.raw), why, sizeof why)) {
         char g[64];
         dev_gid_str(a->ah_attr.grh.dgid.raw, g, sizeof g);
-        return dev_fail(dev, EHOSTUNREACH,
-                        "modify_qp RTR: destination GID %s is not on this host; the soft "
-                        "device's shared-memory wire reaches this host only", g);
+        return dev_fail(dev, EHOSTUNREACH, "modify_qp RTR: destination GID %s is not on this "
+                        "host; %s", g, why);
     }
     q->sgid_index = a->ah_attr.grh.sgid_index;
-    q->dgid = a->ah_attr.grh.dgid;
+    memcpy(q->a.dgid, a->ah_attr.grh.dgid.raw, 16);
     return 0;
 }
 
@@ -376,8 +248,6 @@ int soft_modify_qp(tbrt_qp *qp, struct ibv_qp_attr *a, int mask)
                         dev_qp_state_name(a->cur_qp_state), dev_qp_state_name(qp->state));
     if (to == IBV_QPS_RESET) {
         to_reset(q);
-        qp->state = IBV_QPS_RESET;
-        atomic_store(&q->sh->state, IBV_QPS_RESET);
         return 0;
     }
     if (to == IBV_QPS_ERR) {
@@ -410,8 +280,7 @@ int soft_modify_qp(tbrt_qp *qp, struct ibv_qp_attr *a, int mask)
         if (a->port_num < 1 || a->port_num > sd->p->nports)
             return dev_fail(dev, EINVAL, "modify_qp: port %u does not exist (1..%d)", a->port_num,
                             sd->p->nports);
-        q->port = a->port_num;
-        q->sh->port = a->port_num;
+        q->a.port = a->port_num;
     }
     if (mask & IBV_QP_PKEY_INDEX && a->pkey_index != 0)
         return dev_fail(dev, EINVAL, "modify_qp: pkey_index %u (the P_Key table has 1 entry)",
@@ -423,35 +292,29 @@ int soft_modify_qp(tbrt_qp *qp, struct ibv_qp_attr *a, int mask)
     }
     if (mask & IBV_QP_ACCESS_FLAGS)
         q->access = (int)a->qp_access_flags;
-    if (mask & IBV_QP_QKEY) {
-        q->qkey = a->qkey;
-        q->sh->qkey = a->qkey;
-    }
+    if (mask & IBV_QP_QKEY)
+        q->a.qkey = a->qkey;
     if (mask & IBV_QP_DEST_QPN) {
         if (a->dest_qp_num < 2 || a->dest_qp_num > 0xffffff)
             return dev_fail(dev, EINVAL, "modify_qp: dest_qp_num 0x%x is not a connectable QP",
                             a->dest_qp_num);
-        q->dest_qpn = a->dest_qp_num;
-        q->sh->dest_qpn = a->dest_qp_num;
-        q->peer.peer = NULL;
-        q->peer_checked_ns = 0;
+        q->a.dest_qpn = a->dest_qp_num;
     }
     if (mask & IBV_QP_RQ_PSN)
         q->rq_psn = a->rq_psn & 0xffffff;
     if (mask & IBV_QP_SQ_PSN)
         q->sq_psn = a->sq_psn & 0xffffff;
-    if (mask & IBV_QP_MIN_RNR_TIMER) {
-        q->min_rnr_timer = a->min_rnr_timer & 31;
-        q->sh->min_rnr_timer = q->min_rnr_timer;
-    }
+    if (mask & IBV_QP_MIN_RNR_TIMER)
+        q->a.min_rnr_timer = a->min_rnr_timer & 31;
     if (mask & IBV_QP_TIMEOUT)
-        q->sh->timeout = q->timeout = a->timeout & 31;
+        q->a.timeout = a->timeout & 31;
     if (mask & IBV_QP_RETRY_CNT)
-        q->sh->retry_cnt = q->retry_cnt = a->retry_cnt & 7;
+        q->a.retry_cnt = a->retry_cnt & 7;
     if (mask & IBV_QP_RNR_RETRY)
-        q->sh->rnr_retry = q->rnr_retry = a->rnr_retry & 7;
+        q->a.rnr_retry = a->rnr_retry & 7;
     qp->state = to;
-    atomic_store(&q->sh->state, (uint32_t)to);
+    q->a.state = (uint32_t)to;
+    sd->wops->qp_modify(q->wq, &q->a);
     return 0;
 }
 
@@ -459,10 +322,7 @@ int soft_destroy_qp(tbrt_qp *qp)
 {
     struct soft_qp *q = (struct soft_qp *)qp;
     struct soft_dev *sd = q->sd;
-    soft_slot_free(sd, qp->qp_num);
-    atomic_store(&q->sh->state, IBV_QPS_RESET);
-    q->sh->qpn = 0;             /* peers holding a pointer see it gone */
-    soft_ctx_release(sd, q->sh_off, q->sh_bytes);
+    sd->wops->qp_destroy(q->wq);
     for (struct soft_qp **pp = &sd->qps; *pp; pp = &(*pp)->next)
         if (*pp == q) {
             *pp = q->next;

@@ -5,8 +5,8 @@
  *
  *   soft-scribble [--personality P] QPN FIELD VALUE
  *
- * FIELD names the place, in the layouts of core/soft (this file is built from
- * the same header, so the two cannot drift):
+ * FIELD names the place, in the layouts of the shared-memory wire (built from
+ * the same header, core/soft/wire/shm/shm.h, so the two cannot drift):
  *   slot.<f>        the QPN's registry slot: qp_off ctx_fd pid qp_type
  *   ctx.<f>         the context header: magic version ctx_id
  *   qp.<f>          the QP's shared block: see qp_fields[]
@@ -23,7 +23,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "soft/soft.h"
+#include "soft/wire/shm/shm.h"
 #include "util/private_dir.h"
 
 struct field {
@@ -34,39 +34,39 @@ struct field {
 #define FN(name, type, member) {name, offsetof(type, member), sizeof(((type *)0)->member)}
 
 static const struct field slot_fields[] = {
-    F(struct soft_slot, qp_off), F(struct soft_slot, ctx_fd), F(struct soft_slot, pid),
-    F(struct soft_slot, qp_type), {0}};
+    F(struct shm_slot, qp_off), F(struct shm_slot, ctx_fd), F(struct shm_slot, pid),
+    F(struct shm_slot, qp_type), {0}};
 static const struct field ctx_fields[] = {
-    F(struct soft_ctx_hdr, magic), F(struct soft_ctx_hdr, version),
-    F(struct soft_ctx_hdr, ctx_id), {0}};
+    F(struct shm_ctx_hdr, magic), F(struct shm_ctx_hdr, version),
+    F(struct shm_ctx_hdr, ctx_id), {0}};
 static const struct field qp_fields[] = {
-    F(struct soft_qp_shared, state), F(struct soft_qp_shared, qpn),
-    F(struct soft_qp_shared, qp_type), F(struct soft_qp_shared, rq_cap),
-    F(struct soft_qp_shared, sq_cap), F(struct soft_qp_shared, recv_db),
-    F(struct soft_qp_shared, send_db), F(struct soft_qp_shared, dest_qpn),
-    F(struct soft_qp_shared, min_rnr_timer), F(struct soft_qp_shared, timeout),
-    F(struct soft_qp_shared, rnr_retry), F(struct soft_qp_shared, mtu),
-    F(struct soft_qp_shared, port), F(struct soft_qp_shared, rq_cons),
-    F(struct soft_qp_shared, sq_tail), F(struct soft_qp_shared, sq_lock),
-    F(struct soft_qp_shared, sq_head), {0}};
+    F(struct shm_qp_block, state), F(struct shm_qp_block, qpn),
+    F(struct shm_qp_block, qp_type), F(struct shm_qp_block, rq_cap),
+    F(struct shm_qp_block, sq_cap), F(struct shm_qp_block, recv_db),
+    F(struct shm_qp_block, send_db), F(struct shm_qp_block, dest_qpn),
+    F(struct shm_qp_block, min_rnr_timer), F(struct shm_qp_block, timeout),
+    F(struct shm_qp_block, rnr_retry), F(struct shm_qp_block, mtu),
+    F(struct shm_qp_block, port), F(struct shm_qp_block, rq_cons),
+    F(struct shm_qp_block, sq_tail), F(struct shm_qp_block, sq_lock),
+    F(struct shm_qp_block, sq_head), {0}};
 static const struct field rqe_fields[] = {
-    F(struct soft_rqe, seq), F(struct soft_rqe, num_sge), F(struct soft_rqe, total),
-    FN("sge0.addr", struct soft_rqe, sge[0].addr),
-    FN("sge0.length", struct soft_rqe, sge[0].length),
-    FN("sge0.lkey", struct soft_rqe, sge[0].lkey),
-    FN("res.byte_len", struct soft_rqe, res.byte_len),
-    FN("res.status", struct soft_rqe, res.status), {0}};
+    F(struct shm_rqe, seq), F(struct shm_rqe, num_sge), F(struct shm_rqe, total),
+    FN("sge0.addr", struct shm_rqe, sge[0].addr),
+    FN("sge0.length", struct shm_rqe, sge[0].length),
+    FN("sge0.lkey", struct shm_rqe, sge[0].lkey),
+    FN("res.byte_len", struct shm_rqe, res.byte_len),
+    FN("res.status", struct shm_rqe, res.status), {0}};
 static const struct field swr_fields[] = {
-    F(struct soft_swr, opcode), F(struct soft_swr, send_flags), F(struct soft_swr, num_sge),
-    F(struct soft_swr, total), F(struct soft_swr, rkey), F(struct soft_swr, next_try_ns),
-    F(struct soft_swr, first_try_ns), FN("sge0.addr", struct soft_swr, sge[0].addr),
-    FN("sge0.length", struct soft_swr, sge[0].length),
-    FN("sge0.lkey", struct soft_swr, sge[0].lkey),
-    FN("res.status", struct soft_swr, res.status), {0}};
+    F(struct shm_swr, opcode), F(struct shm_swr, send_flags), F(struct shm_swr, num_sge),
+    F(struct shm_swr, total), F(struct shm_swr, rkey), F(struct shm_swr, next_try_ns),
+    F(struct shm_swr, first_try_ns), FN("sge0.addr", struct shm_swr, sge[0].addr),
+    FN("sge0.length", struct shm_swr, sge[0].length),
+    FN("sge0.lkey", struct shm_swr, sge[0].lkey),
+    FN("res.status", struct shm_swr, res.status), {0}};
 static const struct field mr_fields[] = {
-    F(struct soft_mr_entry, key), F(struct soft_mr_entry, memfd),
-    F(struct soft_mr_entry, access), F(struct soft_mr_entry, addr),
-    F(struct soft_mr_entry, length), F(struct soft_mr_entry, fd_off), {0}};
+    F(struct shm_mr_entry, key), F(struct shm_mr_entry, memfd),
+    F(struct shm_mr_entry, access), F(struct shm_mr_entry, addr),
+    F(struct shm_mr_entry, length), F(struct shm_mr_entry, fd_off), {0}};
 
 static const struct field *find(const struct field *t, const char *name)
 {
@@ -119,10 +119,10 @@ int main(int argc, char **argv)
     int rfd = open(path, O_RDWR | O_CLOEXEC);
     if (rfd < 0)
         die(path);
-    struct soft_fabric_hdr *fh = mmap(NULL, sizeof *fh, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
+    struct shm_registry *fh = mmap(NULL, sizeof *fh, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
     if (fh == MAP_FAILED)
         die("map registry");
-    struct soft_slot *slot = &fh->slots[qpn & (SOFT_SLOTS - 1)];
+    struct shm_slot *slot = &fh->slots[qpn & (SHM_SLOTS - 1)];
     if (slot->qpn != qpn) {
         fprintf(stderr, "soft-scribble: QPN 0x%x is not in %s\n", qpn, path);
         return 1;
@@ -137,10 +137,10 @@ int main(int argc, char **argv)
     int cfd = open(ctxp, O_RDWR | O_CLOEXEC);
     if (cfd < 0)
         die(ctxp);
-    char *ctx = mmap(NULL, SOFT_CTX_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, 0);
+    char *ctx = mmap(NULL, SHM_CTX_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, 0);
     if (ctx == MAP_FAILED)
         die("map context");
-    struct soft_qp_shared *q = (struct soft_qp_shared *)(ctx + slot->qp_off);
+    struct shm_qp_block *q = (struct shm_qp_block *)(ctx + slot->qp_off);
     char name[64];
     unsigned long idx = 0;
     if (strncmp(field, "ctx.", 4) == 0) {
@@ -150,11 +150,11 @@ int main(int argc, char **argv)
     } else if (sscanf(field, "rqe.%lu.%63s", &idx, name) == 2) {
         put(&q->rq[idx % q->rq_cap], find(rqe_fields, name), value);
     } else if (sscanf(field, "swr.%lu.%63s", &idx, name) == 2) {
-        struct soft_swr *sq = (struct soft_swr *)((char *)q + soft_sq_offset(q->rq_cap));
+        struct shm_swr *sq = (struct shm_swr *)((char *)q + shm_sq_offset(q->rq_cap));
         put(&sq[idx % q->sq_cap], find(swr_fields, name), value);
     } else if (sscanf(field, "mr.%li.%63s", (long *)&idx, name) == 2) {
-        struct soft_mr_entry *t = (struct soft_mr_entry *)(ctx + SOFT_CTX_MR_OFF);
-        put(&t[(idx >> 8) % SOFT_MR_MAX], find(mr_fields, name), value);
+        struct shm_mr_entry *t = (struct shm_mr_entry *)(ctx + SHM_CTX_MR_OFF);
+        put(&t[(idx >> 8) % SHM_MR_MAX], find(mr_fields, name), value);
     } else {
         fprintf(stderr, "soft-scribble: field \"%s\" is not slot./ctx./qp./rqe.I./swr.I./mr.K.\n",
                 field);

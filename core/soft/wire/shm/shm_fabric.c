@@ -1,7 +1,6 @@
-/* soft_fabric.c - the soft device's shared-memory wire: the fabric registry
- * (queue pair number -> owning process and context), this process's context
- * segment and its allocator, and run-time port states. Reaching other
- * contexts through it is soft_peer.c.
+/* shm_fabric.c - the shared-memory wire's fabric registry (queue pair
+ * number -> owning process and context), this process's context segment and
+ * its allocator. Reaching other contexts through it is shm_peer.c.
  *
  * The registry is a small file in this user's private directory
  * (/dev/shm/tbrt-<uid>/, util/private_dir.c: 0700, files 0600, no links
@@ -12,7 +11,7 @@
  * owner pid is found dead.
  *
  * Completion queues' wake-up sockets live in the same directory (named by
- * soft_wake_path), so only processes of this user can reach them; those a
+ * shm_wake_addr), so only processes of this user can reach them; those a
  * killed process left behind are removed when a device opens. */
 #include <dirent.h>
 #include <errno.h>
@@ -27,14 +26,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "soft/soft.h"
+#include "soft/wire/shm/shm.h"
 #include "util/private_dir.h"
 #include "util/util.h"
 
 /* Free context memory: a first-fit list kept in process memory (a list in
  * the segment itself could be rewritten by any peer). */
-struct soft_ctx_free {
-    struct soft_ctx_free *next;
+struct shm_ctx_free {
+    struct shm_ctx_free *next;
     uint64_t off, size;
 };
 
@@ -53,20 +52,6 @@ static uint64_t random_id(void)
 static bool pid_dead(pid_t pid)
 {
     return kill(pid, 0) != 0 && errno == ESRCH;
-}
-
-/* The fabric's name: soft devices meet only on the same fabric (default
- * "default"; TBRT_SOFT_FABRIC gives a separate one, e.g. per test run). */
-static int fabric_name(struct soft_dev *sd, char *out, size_t len)
-{
-    const char *n = env_str("TBRT_SOFT_FABRIC", "default");
-    size_t k = strlen(n);
-    if (k == 0 || k > 32 || strspn(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                      "0123456789._-") != k || n[0] == '.')
-        return dev_fail(&sd->dev, EINVAL, "TBRT_SOFT_FABRIC \"%s\": a fabric name is 1..32 of "
-                        "A-Z a-z 0-9 . _ - (not starting with .)", n);
-    snprintf(out, len, "%s-%s", n, sd->p->name);
-    return 0;
 }
 
 /* Completion wake-up sockets of processes that died without closing their
@@ -89,133 +74,131 @@ static void wake_sweep(int dfd)
     closedir(d);
 }
 
-static int fabric_map(struct soft_dev *sd)
+static int fabric_map(struct soft_wire *w, char *why, size_t len)
 {
-    char *dir = sd->shm_dir, name[96], path[384], why[TBRT_WHY_MAX];
-    int rc = fabric_name(sd, name, sizeof name);
-    if (rc)
-        return rc;
-    int dfd = private_dir_open(dir, sizeof sd->shm_dir, why, sizeof why);
+    char *dir = w->shm_dir, path[384], err[TBRT_WHY_MAX];
+    int dfd = private_dir_open(dir, sizeof w->shm_dir, err, sizeof err);
     if (dfd < 0)
-        return dev_fail(&sd->dev, -dfd, "fabric registry: %s", why);
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+        return err_set(why, len, -dfd, "fabric registry: %s", err);
+    snprintf(path, sizeof path, "%s/%s", dir, w->fabric);
     bool created;
-    int fd = private_file_open(dfd, dir, name, &created, why, sizeof why);
+    int fd = private_file_open(dfd, dir, w->fabric, &created, err, sizeof err);
     wake_sweep(dfd);
     close(dfd);
     if (fd < 0)
-        return dev_fail(&sd->dev, -fd, "fabric registry: %s", why);
+        return err_set(why, len, -fd, "fabric registry: %s", err);
     if (flock(fd, LOCK_EX) != 0) {
         int e = errno;
         close(fd);
-        return dev_fail(&sd->dev, e, "lock fabric %s: %s", path, strerror(e));
+        return err_set(why, len, e, "lock fabric %s: %s", path, strerror(e));
     }
+    int rc = 0;
     struct stat st;
-    size_t size = sizeof(struct soft_fabric_hdr);
+    size_t size = sizeof(struct shm_registry);
     if (fstat(fd, &st) != 0) {
-        rc = dev_fail(&sd->dev, errno, "stat fabric %s: %s", path, strerror(errno));
+        rc = err_set(why, len, errno, "stat fabric %s: %s", path, strerror(errno));
         goto out;
     }
     if ((size_t)st.st_size != size && ftruncate(fd, (off_t)size) != 0) {
-        rc = dev_fail(&sd->dev, errno, "size fabric %s: %s", path, strerror(errno));
+        rc = err_set(why, len, errno, "size fabric %s: %s", path, strerror(errno));
         goto out;
     }
-    struct soft_fabric_hdr *h = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    struct shm_registry *h = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (h == MAP_FAILED) {
-        rc = dev_fail(&sd->dev, errno, "map fabric %s: %s", path, strerror(errno));
+        rc = err_set(why, len, errno, "map fabric %s: %s", path, strerror(errno));
         goto out;
     }
-    if (h->magic != SOFT_FABRIC_MAGIC || h->version != SOFT_FABRIC_VERSION ||
-        h->nslots != SOFT_SLOTS) {
+    if (h->magic != SHM_REGISTRY_MAGIC || h->version != SHM_REGISTRY_VERSION ||
+        h->nslots != SHM_SLOTS) {
         /* new, or left by another layout version: start it over */
         memset(h, 0, size);
-        h->magic = SOFT_FABRIC_MAGIC;
-        h->version = SOFT_FABRIC_VERSION;
-        h->nslots = SOFT_SLOTS;
+        h->magic = SHM_REGISTRY_MAGIC;
+        h->version = SHM_REGISTRY_VERSION;
+        h->nslots = SHM_SLOTS;
         h->next_gen = (uint32_t)(random_id() & 0x3fff);
     }
-    sd->fabric = h;
-    sd->fabric_fd = fd;
+    w->fabric_map = h;
+    w->fabric_fd = fd;
 out:
     flock(fd, LOCK_UN);
     if (rc) {
         close(fd);
-        sd->fabric_fd = -1;
+        w->fabric_fd = -1;
     }
     return rc;
 }
 
-int soft_fabric_open(struct soft_dev *sd)
+int shm_fabric_open(struct soft_wire *w, char *why, size_t len)
 {
-    sd->fabric_fd = sd->ctx_fd = sd->wake_fd = -1;
-    sd->pid = (int32_t)getpid();
-    int rc = fabric_map(sd);
+    w->fabric_fd = w->ctx_fd = w->wake_fd = -1;
+    w->pid = (int32_t)getpid();
+    int rc = fabric_map(w, why, len);
     if (rc)
         return rc;
-    sd->ctx_fd = memfd_create("tbrt-soft-ctx", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (sd->ctx_fd < 0)
-        return dev_fail(&sd->dev, errno, "memfd_create: %s", strerror(errno));
-    if (ftruncate(sd->ctx_fd, (off_t)SOFT_CTX_SIZE) != 0 || soft_memfd_seal(sd->ctx_fd) != 0)
-        return dev_fail(&sd->dev, errno, "size and seal context: %s", strerror(errno));
-    void *p = mmap(NULL, SOFT_CTX_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, sd->ctx_fd, 0);
+    w->ctx_fd = memfd_create("tbrt-soft-ctx", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (w->ctx_fd < 0)
+        return err_set(why, len, errno, "memfd_create: %s", strerror(errno));
+    if (ftruncate(w->ctx_fd, (off_t)SHM_CTX_SIZE) != 0 || shm_memfd_seal(w->ctx_fd) != 0)
+        return err_set(why, len, errno, "size and seal context: %s", strerror(errno));
+    void *p = mmap(NULL, SHM_CTX_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, w->ctx_fd, 0);
     if (p == MAP_FAILED)
-        return dev_fail(&sd->dev, errno, "map context: %s", strerror(errno));
-    sd->ctx = p;
-    sd->ctx_id = random_id();
-    sd->ctx->magic = SOFT_CTX_MAGIC;
-    sd->ctx->version = SOFT_CTX_VERSION;
-    sd->ctx->pid = sd->pid;
-    sd->ctx->ctx_id = sd->ctx_id;
-    sd->ctx_used = SOFT_CTX_DATA_OFF;
-    sd->wake_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (sd->wake_fd < 0)
-        return dev_fail(&sd->dev, errno, "wake socket: %s", strerror(errno));
+        return err_set(why, len, errno, "map context: %s", strerror(errno));
+    w->ctx = p;
+    w->ctx_id = random_id();
+    w->ctx->magic = SHM_CTX_MAGIC;
+    w->ctx->version = SHM_CTX_VERSION;
+    w->ctx->pid = w->pid;
+    w->ctx->ctx_id = w->ctx_id;
+    w->ctx_used = SHM_CTX_DATA_OFF;
+    w->wake_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (w->wake_fd < 0)
+        return err_set(why, len, errno, "wake socket: %s", strerror(errno));
     /* this context seen as a peer, to run our own queues with the same code */
-    rc = soft_peer_self(sd);
+    rc = shm_peer_self(w);
     if (rc)
-        return dev_fail(&sd->dev, -rc, "context: %s", strerror(-rc));
+        return err_set(why, len, -rc, "context: %s", strerror(-rc));
     return 0;
 }
 
-void soft_fabric_close(struct soft_dev *sd)
+void shm_fabric_close(struct soft_wire *w)
 {
-    soft_peers_close(sd);
-    while (sd->ctx_free) {
-        struct soft_ctx_free *f = sd->ctx_free;
-        sd->ctx_free = f->next;
+    shm_peers_close(w);
+    while (w->ctx_free) {
+        struct shm_ctx_free *f = w->ctx_free;
+        w->ctx_free = f->next;
         free(f);
     }
-    if (sd->fabric && sd->fabric_fd >= 0) {
+    if (w->fabric_map && w->fabric_fd >= 0) {
         /* release every slot this context still holds */
-        flock(sd->fabric_fd, LOCK_EX);
-        for (int i = 0; i < SOFT_SLOTS; i++) {
-            struct soft_slot *s = &sd->fabric->slots[i];
-            if (s->qpn && s->ctx_id == sd->ctx_id)
+        flock(w->fabric_fd, LOCK_EX);
+        for (int i = 0; i < SHM_SLOTS; i++) {
+            struct shm_slot *s = &w->fabric_map->slots[i];
+            if (s->qpn && s->ctx_id == w->ctx_id)
                 memset(s, 0, sizeof *s);
         }
-        flock(sd->fabric_fd, LOCK_UN);
+        flock(w->fabric_fd, LOCK_UN);
     }
-    if (sd->fabric)
-        munmap(sd->fabric, sizeof *sd->fabric);
-    if (sd->fabric_fd >= 0)
-        close(sd->fabric_fd);
-    if (sd->ctx)
-        munmap(sd->ctx, SOFT_CTX_SIZE);
-    if (sd->ctx_fd >= 0)
-        close(sd->ctx_fd);
-    if (sd->wake_fd >= 0)
-        close(sd->wake_fd);
-    sd->fabric = NULL;
-    sd->ctx = NULL;
+    if (w->fabric_map)
+        munmap(w->fabric_map, sizeof *w->fabric_map);
+    if (w->fabric_fd >= 0)
+        close(w->fabric_fd);
+    if (w->ctx)
+        munmap(w->ctx, SHM_CTX_SIZE);
+    if (w->ctx_fd >= 0)
+        close(w->ctx_fd);
+    if (w->wake_fd >= 0)
+        close(w->wake_fd);
+    w->fabric_map = NULL;
+    w->ctx = NULL;
 }
 
 /* Context memory: a bump allocator with a first-fit free list (no merging:
  * queue pairs come and go in few sizes). */
-void *soft_ctx_alloc(struct soft_dev *sd, size_t size, uint64_t *off)
+void *shm_ctx_alloc(struct soft_wire *w, size_t size, uint64_t *off)
 {
-    size = (size + SOFT_PAGE - 1) & ~(size_t)(SOFT_PAGE - 1);
-    for (struct soft_ctx_free **pp = &sd->ctx_free; *pp; pp = &(*pp)->next) {
-        struct soft_ctx_free *f = *pp;
+    size = (size + SHM_PAGE - 1) & ~(size_t)(SHM_PAGE - 1);
+    for (struct shm_ctx_free **pp = &w->ctx_free; *pp; pp = &(*pp)->next) {
+        struct shm_ctx_free *f = *pp;
         if (f->size < size)
             continue;
         *off = f->off;
@@ -225,111 +208,74 @@ void *soft_ctx_alloc(struct soft_dev *sd, size_t size, uint64_t *off)
             *pp = f->next;
             free(f);
         }
-        void *p = (char *)sd->ctx + *off;
+        void *p = (char *)w->ctx + *off;
         memset(p, 0, size);
         return p;
     }
-    if (sd->ctx_used + size > SOFT_CTX_SIZE)
+    if (w->ctx_used + size > SHM_CTX_SIZE)
         return NULL;
-    *off = sd->ctx_used;
-    sd->ctx_used += size;
-    return (char *)sd->ctx + *off;
+    *off = w->ctx_used;
+    w->ctx_used += size;
+    return (char *)w->ctx + *off;
 }
 
-void soft_ctx_release(struct soft_dev *sd, uint64_t off, size_t size)
+void shm_ctx_release(struct soft_wire *w, uint64_t off, size_t size)
 {
-    size = (size + SOFT_PAGE - 1) & ~(size_t)(SOFT_PAGE - 1);
-    struct soft_ctx_free *f = malloc(sizeof *f);
+    size = (size + SHM_PAGE - 1) & ~(size_t)(SHM_PAGE - 1);
+    struct shm_ctx_free *f = malloc(sizeof *f);
     if (!f)
         return;                 /* the memory is lost to this context, nothing worse */
-    *f = (struct soft_ctx_free){.next = sd->ctx_free, .off = off, .size = size};
-    sd->ctx_free = f;
+    *f = (struct shm_ctx_free){.next = w->ctx_free, .off = off, .size = size};
+    w->ctx_free = f;
     /* give the pages back; they read as zeros if touched again */
-    fallocate(sd->ctx_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)size);
+    fallocate(w->ctx_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)size);
 }
 
-int soft_slot_alloc(struct soft_dev *sd, uint64_t qp_off, uint32_t qp_type, uint32_t *qpn)
+int shm_slot_alloc(struct soft_wire *w, uint64_t qp_off, uint32_t qp_type, uint32_t *qpn,
+                   char *why, size_t len)
 {
-    struct soft_fabric_hdr *h = sd->fabric;
-    flock(sd->fabric_fd, LOCK_EX);
+    struct shm_registry *h = w->fabric_map;
+    flock(w->fabric_fd, LOCK_EX);
     int found = -1;
-    uint32_t start = h->next_gen % SOFT_SLOTS;
-    for (uint32_t k = 0; k < SOFT_SLOTS; k++) {
-        uint32_t i = (start + k) % SOFT_SLOTS;
+    uint32_t start = h->next_gen % SHM_SLOTS;
+    for (uint32_t k = 0; k < SHM_SLOTS; k++) {
+        uint32_t i = (start + k) % SHM_SLOTS;
         if (i < 2)
             continue;           /* QP0 and QP1 are the special QPs */
-        struct soft_slot *s = &h->slots[i];
+        struct shm_slot *s = &h->slots[i];
         if (s->qpn == 0 || pid_dead(s->pid)) {
             found = (int)i;
             break;
         }
     }
     if (found < 0) {
-        flock(sd->fabric_fd, LOCK_UN);
-        return dev_fail(&sd->dev, ENOSPC, "create_qp: the fabric has no free QP numbers (%d in use)",
-                        SOFT_SLOTS - 2);
+        flock(w->fabric_fd, LOCK_UN);
+        return err_set(why, len, ENOSPC, "the fabric has no free QP numbers (%d in use)",
+                       SHM_SLOTS - 2);
     }
-    uint32_t gen = (++h->next_gen) & ((1u << (24 - SOFT_SLOT_BITS)) - 1);
+    uint32_t gen = (++h->next_gen) & ((1u << (24 - SHM_SLOT_BITS)) - 1);
     if (gen == 0)
-        gen = ++h->next_gen & ((1u << (24 - SOFT_SLOT_BITS)) - 1);
+        gen = ++h->next_gen & ((1u << (24 - SHM_SLOT_BITS)) - 1);
     if (gen == 0)
         gen = 1;
-    struct soft_slot *s = &h->slots[found];
-    s->qpn = (gen << SOFT_SLOT_BITS) | (uint32_t)found;
+    struct shm_slot *s = &h->slots[found];
+    s->qpn = (gen << SHM_SLOT_BITS) | (uint32_t)found;
     s->pid = getpid();
-    s->ctx_fd = sd->ctx_fd;
-    s->ctx_id = sd->ctx_id;
+    s->ctx_fd = w->ctx_fd;
+    s->ctx_id = w->ctx_id;
     s->qp_off = qp_off;
     s->qp_type = qp_type;
     s->gen = gen;
     *qpn = s->qpn;
-    flock(sd->fabric_fd, LOCK_UN);
+    flock(w->fabric_fd, LOCK_UN);
     return 0;
 }
 
-void soft_slot_free(struct soft_dev *sd, uint32_t qpn)
+void shm_slot_free(struct soft_wire *w, uint32_t qpn)
 {
-    struct soft_slot *s = &sd->fabric->slots[qpn & (SOFT_SLOTS - 1)];
-    flock(sd->fabric_fd, LOCK_EX);
-    if (s->qpn == qpn && s->ctx_id == sd->ctx_id)
+    struct shm_slot *s = &w->fabric_map->slots[qpn & (SHM_SLOTS - 1)];
+    flock(w->fabric_fd, LOCK_EX);
+    if (s->qpn == qpn && s->ctx_id == w->ctx_id)
         memset(s, 0, sizeof *s);
-    flock(sd->fabric_fd, LOCK_UN);
-}
-
-int soft_port_state_of(struct soft_dev *sd, int dev, int port)
-{
-    if (dev >= 0 && dev < SOFT_MAX_DEVS && port >= 1 && port <= SOFT_MAX_PORTS) {
-        struct soft_port_override *o = &sd->fabric->ports[dev][port - 1];
-        uint32_t st = atomic_load_explicit(&o->state, memory_order_acquire);
-        int32_t pid = o->pid;
-        /* any process may write here: only a real state of a live setter */
-        if ((st == IBV_PORT_DOWN || st == IBV_PORT_INIT || st == IBV_PORT_ARMED ||
-             st == IBV_PORT_ACTIVE) && pid > 0 && (pid == sd->pid || !pid_dead(pid)))
-            return (int)st;
-    }
-    if (dev == sd->index && port >= 1 && port <= sd->p->nports)
-        return sd->port_state[port - 1];
-    return IBV_PORT_ACTIVE;     /* another device's configuration: assume up */
-}
-
-int soft_port_state(struct soft_dev *sd, int port)
-{
-    return soft_port_state_of(sd, sd->index, port);
-}
-
-int soft_set_port_state(tbrt_dev *dev, uint8_t port, int state)
-{
-    struct soft_dev *sd = soft_of(dev);
-    if (port < 1 || port > sd->p->nports)
-        return dev_fail(dev, EINVAL, "set_port_state: port %u does not exist (1..%d)", port,
-                        sd->p->nports);
-    if (state != 0 && state != IBV_PORT_DOWN && state != IBV_PORT_ACTIVE &&
-        state != IBV_PORT_INIT && state != IBV_PORT_ARMED)
-        return dev_fail(dev, EINVAL, "set_port_state: %d is not a port state", state);
-    if (sd->index >= SOFT_MAX_DEVS)
-        return dev_fail(dev, EINVAL, "set_port_state: only soft0..soft%d", SOFT_MAX_DEVS - 1);
-    struct soft_port_override *o = &sd->fabric->ports[sd->index][port - 1];
-    o->pid = sd->pid;
-    atomic_store_explicit(&o->state, (uint32_t)state, memory_order_release);
-    return 0;
+    flock(w->fabric_fd, LOCK_UN);
 }

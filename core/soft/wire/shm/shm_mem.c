@@ -1,4 +1,4 @@
-/* soft_mem.c - memory registration for the soft device.
+/* shm_mem.c - registered memory of the shared-memory wire.
  *
  * A peer process must be able to copy into registered memory (a posted
  * receive, an RDMA WRITE target) without the owner's help, as a NIC's DMA
@@ -18,9 +18,12 @@
  * its parent; exec is fine.
  *
  * The memfds are sealed against shrinking, so a peer that mapped one can
- * trust the size it saw (soft_peer.c). Our own keys are checked against
- * sd->mrs (process memory), never against the shared table: that is for
- * peers to read, and anyone could have written it. */
+ * trust the size it saw (shm_peer.c). Our own keys are checked against
+ * w->mrs (process memory), never against the shared table: that is for
+ * peers to read, and anyone could have written it. Keys are
+ * index << 8 | generation (the mlx5 model relies on it: its mkey is the
+ * key). The personality's rules on registration are the objects'
+ * (core/soft/soft_mr.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -31,21 +34,31 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "soft/soft.h"
+#include <infiniband/verbs.h>
+
+#include "soft/wire/shm/shm.h"
 #include "util/util.h"
 
-struct soft_backing {
-    struct soft_backing *next;
+struct shm_backing {
+    struct shm_backing *next;
     uintptr_t start, end;       /* page aligned */
     int memfd;
     int refs;
 };
 
-/* The process's backings and its open soft devices (whose MR entries move
+/* One of our registrations: what our own keys are checked against. */
+struct shm_mr {
+    uint32_t key;
+    uint32_t access;
+    uint64_t addr, len;
+    bool shared;                /* holds a reference on the backing of its pages */
+};
+
+/* The process's backings and its open shm wires (whose MR entries move
  * when backings merge), under mem_lock. */
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct soft_backing *backings;
-static struct soft_dev *devices;
+static struct shm_backing *backings;
+static struct soft_wire *wires;
 
 static uintptr_t page_size(void)
 {
@@ -90,7 +103,7 @@ static bool swappable(uintptr_t s, uintptr_t e)
     return ok && covered >= e;
 }
 
-int soft_memfd_seal(int fd)
+int shm_memfd_seal(int fd)
 {
     return fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
 }
@@ -102,7 +115,7 @@ static int swap_in(uintptr_t s, uintptr_t e, int *memfd_out)
     int fd = memfd_create("tbrt-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return -errno;
-    if (ftruncate(fd, (off_t)len) != 0 || soft_memfd_seal(fd) != 0)
+    if (ftruncate(fd, (off_t)len) != 0 || shm_memfd_seal(fd) != 0)
         goto fail;
     void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (tmp == MAP_FAILED)
@@ -137,17 +150,17 @@ static void swap_out(uintptr_t s, uintptr_t e)
     munmap(tmp, len);
 }
 
-static struct soft_mr_entry *mr_table(struct soft_dev *sd)
+static struct shm_mr_entry *mr_table(struct soft_wire *w)
 {
-    return (struct soft_mr_entry *)((char *)sd->ctx + SOFT_CTX_MR_OFF);
+    return (struct shm_mr_entry *)((char *)w->ctx + SHM_CTX_MR_OFF);
 }
 
 /* Publish MR entry idx for peers (key 0 when withdrawn), under the entry's
  * sequence lock: epoch odd while it changes. */
-static void mr_publish(struct soft_dev *sd, int idx, uint32_t key, int memfd, uint32_t access,
+static void mr_publish(struct soft_wire *w, int idx, uint32_t key, int memfd, uint32_t access,
                        uint64_t addr, uint64_t length, uint64_t fd_off)
 {
-    struct soft_mr_entry *e = &mr_table(sd)[idx];
+    struct shm_mr_entry *e = &mr_table(w)[idx];
     uint32_t ep = atomic_load_explicit(&e->epoch, memory_order_relaxed);
     atomic_store_explicit(&e->epoch, ep + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
@@ -161,19 +174,19 @@ static void mr_publish(struct soft_dev *sd, int idx, uint32_t key, int memfd, ui
 }
 
 /* The backing that holds [addr, addr+len), or NULL. */
-static struct soft_backing *backing_of(uintptr_t s, uintptr_t e)
+static struct shm_backing *backing_of(uintptr_t s, uintptr_t e)
 {
-    for (struct soft_backing *b = backings; b; b = b->next)
+    for (struct shm_backing *b = backings; b; b = b->next)
         if (b->start <= s && e <= b->end)
             return b;
     return NULL;
 }
 
-static void backing_put(struct soft_backing *b)
+static void backing_put(struct shm_backing *b)
 {
     if (!b || --b->refs > 0)
         return;
-    for (struct soft_backing **pp = &backings; *pp; pp = &(*pp)->next)
+    for (struct shm_backing **pp = &backings; *pp; pp = &(*pp)->next)
         if (*pp == b) {
             *pp = b->next;
             break;
@@ -185,7 +198,7 @@ static void backing_put(struct soft_backing *b)
 
 /* A backing for [addr, addr+len) (a reference taken), or none when the
  * memory cannot be shared (local only): 0 either way, or -errno. */
-static int backing_get(void *addr, size_t len, struct soft_backing **out)
+static int backing_get(void *addr, size_t len, struct shm_backing **out)
 {
     uintptr_t ps = page_size();
     uintptr_t s = (uintptr_t)addr & ~(ps - 1);
@@ -198,7 +211,7 @@ static int backing_get(void *addr, size_t len, struct soft_backing **out)
     /* grow the range over the backings it overlaps, then swap the union */
     uintptr_t us = s, ue = e;
     int refs = 1;
-    for (struct soft_backing *b = backings; b; b = b->next)
+    for (struct shm_backing *b = backings; b; b = b->next)
         if (b->start < ue && us < b->end) {
             us = TBRT_MIN(us, b->start);
             ue = TBRT_MAX(ue, b->end);
@@ -209,7 +222,7 @@ static int backing_get(void *addr, size_t len, struct soft_backing **out)
             if (!backing_of(p, p + ps) && !swappable(p, p + ps))
                 return 0;       /* local only */
     }
-    struct soft_backing *nb = calloc(1, sizeof *nb);
+    struct shm_backing *nb = calloc(1, sizeof *nb);
     if (!nb)
         return -ENOMEM;
     int fd = -1;
@@ -220,149 +233,128 @@ static int backing_get(void *addr, size_t len, struct soft_backing **out)
     }
     /* retire the merged backings; their regions (of any device) now live in
      * the new memfd, and the new epoch makes peers map that */
-    struct soft_backing **pp = &backings;
+    struct shm_backing **pp = &backings;
     while (*pp) {
-        struct soft_backing *b = *pp;
+        struct shm_backing *b = *pp;
         if (!(b->start < ue && us < b->end)) {
             pp = &b->next;
             continue;
         }
         refs += b->refs;
-        for (struct soft_dev *d = devices; d; d = d->next_dev)
-            for (int i = 1; i < SOFT_MR_MAX; i++) {
-                struct soft_mr *m = d->mrs[i];
-                uintptr_t a = m ? (uintptr_t)m->mr.addr : 0;
-                if (m && m->shared && b->start <= a && a + m->mr.length <= b->end)
-                    mr_publish(d, i, m->mr.lkey, fd, (uint32_t)m->mr.access, a, m->mr.length,
-                               a - us);
+        for (struct soft_wire *d = wires; d; d = d->next_wire)
+            for (int i = 1; i < SHM_MR_MAX; i++) {
+                struct shm_mr *m = d->mrs[i];
+                if (m && m->shared && b->start <= m->addr && m->addr + m->len <= b->end)
+                    mr_publish(d, i, m->key, fd, m->access, m->addr, m->len, m->addr - us);
             }
         close(b->memfd);
         *pp = b->next;
         free(b);
     }
-    *nb = (struct soft_backing){.next = backings, .start = us, .end = ue, .memfd = fd,
+    *nb = (struct shm_backing){.next = backings, .start = us, .end = ue, .memfd = fd,
                                 .refs = refs};
     backings = nb;
     *out = nb;
     return 0;
 }
 
-void soft_mem_attach(struct soft_dev *sd)
+void shm_mem_attach(struct soft_wire *w)
 {
     pthread_mutex_lock(&mem_lock);
-    sd->next_dev = devices;
-    devices = sd;
+    w->next_wire = wires;
+    wires = w;
+    w->mem_attached = true;
     pthread_mutex_unlock(&mem_lock);
 }
 
-/* The regions a closing device still holds give their pages back. */
-void soft_mem_detach(struct soft_dev *sd)
+/* The regions a closing wire still holds give their pages back. */
+void shm_mem_detach(struct soft_wire *w)
 {
+    if (!w->mem_attached)
+        return;
     pthread_mutex_lock(&mem_lock);
-    for (struct soft_dev **pp = &devices; *pp; pp = &(*pp)->next_dev)
-        if (*pp == sd) {
-            *pp = sd->next_dev;
+    for (struct soft_wire **pp = &wires; *pp; pp = &(*pp)->next_wire)
+        if (*pp == w) {
+            *pp = w->next_wire;
             break;
         }
-    for (int i = 1; i < SOFT_MR_MAX; i++) {
-        struct soft_mr *m = sd->mrs[i];
+    for (int i = 1; i < SHM_MR_MAX; i++) {
+        struct shm_mr *m = w->mrs[i];
         if (!m)
             continue;
         if (m->shared)
-            backing_put(backing_of((uintptr_t)m->mr.addr, (uintptr_t)m->mr.addr + m->mr.length));
-        sd->mrs[i] = NULL;
+            backing_put(backing_of(m->addr, m->addr + m->len));
+        w->mrs[i] = NULL;
         free(m);
     }
+    w->mem_attached = false;
     pthread_mutex_unlock(&mem_lock);
 }
 
-int soft_reg_mr(tbrt_pd *pd, void *addr, size_t len, int access, tbrt_mr **out)
+int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint32_t access, uint32_t *key,
+               char *why, size_t whylen)
 {
-    struct soft_dev *sd = soft_of(pd->dev);
-    const struct soft_personality *p = sd->p;
-    const int remote = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-    if (p->mr_needs_remote_access &&
-        (access & (IBV_ACCESS_LOCAL_WRITE | remote)) != (IBV_ACCESS_LOCAL_WRITE | remote))
-        return dev_fail(&sd->dev, EINVAL,
-                        "reg_mr: access 0x%x lacks LOCAL_WRITE|REMOTE_READ|REMOTE_WRITE; "
-                        "Apple's provider rejects narrower access, even for SEND/RECV only",
-                        access);
-    if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
-        !(access & IBV_ACCESS_LOCAL_WRITE))
-        return dev_fail(&sd->dev, EINVAL,
-                        "reg_mr: REMOTE_WRITE/REMOTE_ATOMIC need LOCAL_WRITE (access 0x%x)", access);
-    if (len > p->max_mr)
-        return dev_fail(&sd->dev, EINVAL, "reg_mr: %zu bytes exceeds the %" PRIu64
-                        "-byte limit of one memory region", len, p->max_mr);
-    struct soft_mr *m = calloc(1, sizeof *m);
+    struct shm_mr *m = calloc(1, sizeof *m);
     if (!m)
-        return dev_fail(&sd->dev, ENOMEM, "reg_mr: out of memory");
+        return err_set(why, whylen, ENOMEM, "out of memory");
     pthread_mutex_lock(&mem_lock);
     int idx = -1;
-    for (int i = 1; i < SOFT_MR_MAX && idx < 0; i++)
-        if (!sd->mrs[i])
+    for (int i = 1; i < SHM_MR_MAX && idx < 0; i++)
+        if (!w->mrs[i])
             idx = i;
-    struct soft_backing *b = NULL;
-    int rc = idx < 0 ? -ENOSPC
-             : access & (IBV_ACCESS_LOCAL_WRITE | remote) ? backing_get(addr, len, &b)
-                                                          : 0;
+    const uint32_t writable = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                              IBV_ACCESS_REMOTE_WRITE;
+    struct shm_backing *b = NULL;
+    int rc = idx < 0 ? -ENOSPC : (access & writable) ? backing_get(addr, len, &b) : 0;
     if (rc) {
         pthread_mutex_unlock(&mem_lock);
         free(m);
         if (rc == -ENOSPC)
-            return dev_fail(&sd->dev, ENOMEM, "reg_mr: all %d memory regions in use",
-                            SOFT_MR_MAX - 1);
-        return dev_fail(&sd->dev, -rc, "reg_mr: cannot share %zu bytes at %p: %s", len, addr,
-                        strerror(-rc));
+            return err_set(why, whylen, ENOMEM, "all %d memory regions in use", SHM_MR_MAX - 1);
+        return err_set(why, whylen, -rc, "cannot share %zu bytes at %p: %s", len, addr,
+                       strerror(-rc));
     }
     /* key = index << 8 | generation, never 0, so a stale key misses */
-    sd->mr_gen = (sd->mr_gen + 1) & 0xff;
-    if (sd->mr_gen == 0)
-        sd->mr_gen = 1;
-    uint32_t key = ((uint32_t)idx << 8) | sd->mr_gen;
-    m->index = idx;
-    m->shared = b != NULL;
-    m->mr = (tbrt_mr){.dev = pd->dev, .pd = pd, .addr = addr, .length = len,
-                      .lkey = key, .rkey = key, .access = access};
-    sd->mrs[idx] = m;
-    mr_publish(sd, idx, key, b ? b->memfd : -1, (uint32_t)access, (uintptr_t)addr, len,
-               b ? (uintptr_t)addr - b->start : 0);
+    w->mr_gen = (w->mr_gen + 1) & 0xff;
+    if (w->mr_gen == 0)
+        w->mr_gen = 1;
+    *m = (struct shm_mr){.key = ((uint32_t)idx << 8) | w->mr_gen, .access = access,
+                         .addr = (uintptr_t)addr, .len = len, .shared = b != NULL};
+    w->mrs[idx] = m;
+    mr_publish(w, idx, m->key, b ? b->memfd : -1, access, m->addr, len,
+               b ? m->addr - b->start : 0);
     pthread_mutex_unlock(&mem_lock);
-    *out = &m->mr;
+    *key = m->key;
     return 0;
 }
 
-int soft_dereg_mr(tbrt_mr *mr)
+void shm_mr_dereg(struct soft_wire *w, uint32_t key)
 {
-    struct soft_mr *m = (struct soft_mr *)mr;
-    struct soft_dev *sd = soft_of(mr->dev);
-    if (sd->p->err_breaks_dereg && sd->qp_erred)
-        return dev_fail(&sd->dev, EBUSY,
-                        "dereg_mr: a queue pair of this device was moved to ERR; Apple's "
-                        "provider then fails every region unmap (destroy QPs without ERR first)");
+    uint32_t idx = key >> 8;
+    if (idx == 0 || idx >= SHM_MR_MAX || !w->mrs[idx] || w->mrs[idx]->key != key)
+        return;
     pthread_mutex_lock(&mem_lock);
-    mr_publish(sd, m->index, 0, -1, 0, 0, 0, 0);
-    sd->mrs[m->index] = NULL;
+    struct shm_mr *m = w->mrs[idx];
+    mr_publish(w, (int)idx, 0, -1, 0, 0, 0, 0);
+    w->mrs[idx] = NULL;
     if (m->shared)
-        backing_put(backing_of((uintptr_t)mr->addr, (uintptr_t)mr->addr + mr->length));
+        backing_put(backing_of(m->addr, m->addr + m->len));
     pthread_mutex_unlock(&mem_lock);
     free(m);
-    return 0;
 }
 
-int soft_local_mem(struct soft_dev *sd, uint32_t lkey, uint64_t addr, uint64_t len,
-                   uint32_t need_access, void **out)
+int shm_local_mem(struct soft_wire *w, uint32_t lkey, uint64_t addr, uint64_t len,
+                  uint32_t need_access, void **out)
 {
     uint32_t idx = lkey >> 8;
-    if (idx == 0 || idx >= SOFT_MR_MAX)
+    if (idx == 0 || idx >= SHM_MR_MAX)
         return -EINVAL;
-    const struct soft_mr *m = sd->mrs[idx];
-    if (!m || m->mr.lkey != lkey)
+    const struct shm_mr *m = w->mrs[idx];
+    if (!m || m->key != lkey)
         return -ENOENT;
-    uint64_t base = (uintptr_t)m->mr.addr, mlen = m->mr.length;
-    if (addr < base || len > mlen || addr - base > mlen - len)
+    if (addr < m->addr || len > m->len || addr - m->addr > m->len - len)
         return -ERANGE;
-    if (((uint32_t)m->mr.access & need_access) != need_access)
+    if ((m->access & need_access) != need_access)
         return -EACCES;
     *out = (void *)(uintptr_t)addr;
     return 0;

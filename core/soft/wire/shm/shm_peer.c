@@ -1,4 +1,4 @@
-/* soft_peer.c - reaching other contexts of the fabric: mapping a peer's
+/* shm_peer.c - reaching other contexts of the fabric: mapping a peer's
  * context segment, views of its queue pairs, its registered memory, and
  * waking its completion queues.
  *
@@ -27,26 +27,26 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "soft/soft.h"
+#include "soft/wire/shm/shm.h"
 #include "util/util.h"
 
 /* A peer's memfd mapped by us: its size is what fstat said, not the peer. */
-struct soft_map {
+struct shm_map {
     uint32_t key;
     uint32_t epoch;
     void *base;
     size_t len;
 };
 
-struct soft_peer {
-    struct soft_peer *next;
+struct shm_peer {
+    struct shm_peer *next;
     pid_t pid;
     uint64_t ctx_id;
     bool same_process;
     bool self;
     void *base;                 /* the peer's context segment */
     int pidfd;
-    struct soft_map *maps;      /* by MR index */
+    struct shm_map *maps;      /* by MR index */
     uint32_t nmaps;
 };
 
@@ -101,47 +101,47 @@ static int open_memfd(pid_t pid, int32_t fd, const char *what, struct stat *st, 
     return f;
 }
 
-static void peer_free(struct soft_peer *p)
+static void peer_free(struct shm_peer *p)
 {
     for (uint32_t i = 0; i < p->nmaps; i++)
         if (p->maps[i].base)
             munmap(p->maps[i].base, p->maps[i].len);
     free(p->maps);
     if (!p->self && p->base)
-        munmap(p->base, SOFT_CTX_SIZE);
+        munmap(p->base, SHM_CTX_SIZE);
     if (p->pidfd >= 0)
         close(p->pidfd);
     free(p);
 }
 
-void soft_peers_close(struct soft_dev *sd)
+void shm_peers_close(struct soft_wire *w)
 {
-    while (sd->peers) {
-        struct soft_peer *p = sd->peers;
-        sd->peers = p->next;
+    while (w->peers) {
+        struct shm_peer *p = w->peers;
+        w->peers = p->next;
         peer_free(p);
     }
-    sd->self = NULL;
+    w->self = NULL;
 }
 
-int soft_peer_self(struct soft_dev *sd)
+int shm_peer_self(struct soft_wire *w)
 {
-    struct soft_peer *p = calloc(1, sizeof *p);
+    struct shm_peer *p = calloc(1, sizeof *p);
     if (!p)
         return -ENOMEM;
-    *p = (struct soft_peer){.pid = sd->pid, .ctx_id = sd->ctx_id, .same_process = true,
-                            .self = true, .base = sd->ctx, .pidfd = -1};
-    p->next = sd->peers;
-    sd->peers = p;
-    sd->self = p;
+    *p = (struct shm_peer){.pid = w->pid, .ctx_id = w->ctx_id, .same_process = true,
+                            .self = true, .base = w->ctx, .pidfd = -1};
+    p->next = w->peers;
+    w->peers = p;
+    w->self = p;
     return 0;
 }
 
 /* Map the context a registry slot names (once per context). */
-static int peer_map(struct soft_dev *sd, const struct soft_slot *s, struct soft_peer **out,
+static int peer_map(struct soft_wire *w, const struct shm_slot *s, struct shm_peer **out,
                     char *why, size_t whylen)
 {
-    for (struct soft_peer *p = sd->peers; p; p = p->next)
+    for (struct shm_peer *p = w->peers; p; p = p->next)
         if (p->ctx_id == s->ctx_id && p->pid == s->pid) {
             *out = p;
             return 0;
@@ -150,54 +150,54 @@ static int peer_map(struct soft_dev *sd, const struct soft_slot *s, struct soft_
     int fd = open_memfd(s->pid, s->ctx_fd, "context", &st, why, whylen);
     if (fd < 0)
         return fd;
-    if ((uint64_t)st.st_size != SOFT_CTX_SIZE) {
+    if ((uint64_t)st.st_size != SHM_CTX_SIZE) {
         close(fd);
         return bad(why, whylen, "context fd %d of pid %d has %lld bytes, not %llu: not a soft "
                    "context (corrupt)", (int)s->ctx_fd, (int)s->pid, (long long)st.st_size,
-                   (unsigned long long)SOFT_CTX_SIZE);
+                   (unsigned long long)SHM_CTX_SIZE);
     }
-    void *base = mmap(NULL, SOFT_CTX_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *base = mmap(NULL, SHM_CTX_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int e = errno;
     close(fd);
     if (base == MAP_FAILED)
         return -e;
-    struct soft_ctx_hdr h;
-    memcpy(&h, base, offsetof(struct soft_ctx_hdr, attention));
+    struct shm_ctx_hdr h;
+    memcpy(&h, base, offsetof(struct shm_ctx_hdr, attention));
     int rc = 0;
-    if (h.magic != SOFT_CTX_MAGIC)
+    if (h.magic != SHM_CTX_MAGIC)
         rc = bad(why, whylen, "context of pid %d: magic 0x%llx is not a soft context (corrupt)",
                  (int)s->pid, (unsigned long long)h.magic);
-    else if (h.version != SOFT_CTX_VERSION)
+    else if (h.version != SHM_CTX_VERSION)
         rc = bad(why, whylen, "context of pid %d: version %u, we speak %u (corrupt, or another "
-                 "build of tbrt)", (int)s->pid, h.version, SOFT_CTX_VERSION);
+                 "build of tbrt)", (int)s->pid, h.version, SHM_CTX_VERSION);
     else if (h.ctx_id != s->ctx_id)
         rc = -ESRCH;            /* the fd number now names another context */
     if (rc) {
-        munmap(base, SOFT_CTX_SIZE);
+        munmap(base, SHM_CTX_SIZE);
         return rc;
     }
-    struct soft_peer *p = calloc(1, sizeof *p);
+    struct shm_peer *p = calloc(1, sizeof *p);
     if (!p) {
-        munmap(base, SOFT_CTX_SIZE);
+        munmap(base, SHM_CTX_SIZE);
         return -ENOMEM;
     }
-    *p = (struct soft_peer){.pid = s->pid, .ctx_id = s->ctx_id, .base = base, .pidfd = -1,
-                            .same_process = s->pid == sd->pid};
+    *p = (struct shm_peer){.pid = s->pid, .ctx_id = s->ctx_id, .base = base, .pidfd = -1,
+                            .same_process = s->pid == w->pid};
     if (!p->same_process)
         p->pidfd = pidfd_for(s->pid);
-    p->next = sd->peers;
-    sd->peers = p;
+    p->next = w->peers;
+    w->peers = p;
     *out = p;
     return 0;
 }
 
 /* The checks of a registry slot, before anything of it is used. */
-static int slot_check(uint32_t qpn, const struct soft_slot *s, char *why, size_t whylen)
+static int slot_check(uint32_t qpn, const struct shm_slot *s, char *why, size_t whylen)
 {
     if (s->pid <= 0 || s->ctx_fd < 0)
         return bad(why, whylen, "registry slot of QP 0x%x: pid %d / ctx_fd %d (corrupt)", qpn,
                    (int)s->pid, (int)s->ctx_fd);
-    if (s->qp_off % SOFT_PAGE || s->qp_off < SOFT_CTX_DATA_OFF || s->qp_off >= SOFT_CTX_SIZE)
+    if (s->qp_off % SHM_PAGE || s->qp_off < SHM_CTX_DATA_OFF || s->qp_off >= SHM_CTX_SIZE)
         return bad(why, whylen, "registry slot of QP 0x%x: qp_off 0x%llx is not a block of its "
                    "context (corrupt)", qpn, (unsigned long long)s->qp_off);
     if (s->qp_type != IBV_QPT_RC && s->qp_type != IBV_QPT_UC && s->qp_type != IBV_QPT_UD)
@@ -205,28 +205,28 @@ static int slot_check(uint32_t qpn, const struct soft_slot *s, char *why, size_t
     return 0;
 }
 
-int soft_view_lookup(struct soft_dev *sd, uint32_t qpn, struct soft_qp_view *v, char *why,
+int shm_view_lookup(struct soft_wire *w, uint32_t qpn, struct shm_view *v, char *why,
                      size_t whylen)
 {
     if (qpn < 2 || qpn > 0xffffff)
         return -EINVAL;
-    struct soft_slot s;
-    flock(sd->fabric_fd, LOCK_SH);
-    s = sd->fabric->slots[qpn & (SOFT_SLOTS - 1)];
-    flock(sd->fabric_fd, LOCK_UN);
+    struct shm_slot s;
+    flock(w->fabric_fd, LOCK_SH);
+    s = w->fabric_map->slots[qpn & (SHM_SLOTS - 1)];
+    flock(w->fabric_fd, LOCK_UN);
     if (s.qpn != qpn)
         return -ENOENT;         /* no such QP on this fabric */
     int rc = slot_check(qpn, &s, why, whylen);
     if (rc)
         return rc;
-    if (s.pid != sd->pid && pid_dead(s.pid))
+    if (s.pid != w->pid && pid_dead(s.pid))
         return -ESRCH;          /* its process is gone */
-    struct soft_peer *peer = NULL;
-    if ((rc = peer_map(sd, &s, &peer, why, whylen)) != 0)
+    struct shm_peer *peer = NULL;
+    if ((rc = peer_map(w, &s, &peer, why, whylen)) != 0)
         return rc;
-    struct soft_qp_shared *q = soft_peer_at(peer, s.qp_off);
-    struct soft_qp_shared h;    /* the fixed fields, once */
-    memcpy(&h, q, offsetof(struct soft_qp_shared, rq_cons));
+    struct shm_qp_block *q = shm_peer_at(peer, s.qp_off);
+    struct shm_qp_block h;    /* the fixed fields, once */
+    memcpy(&h, q, offsetof(struct shm_qp_block, rq_cons));
     if (h.qpn != qpn)
         return -ENOENT;         /* destroyed meanwhile */
     if (h.qp_type != s.qp_type)
@@ -239,21 +239,21 @@ int soft_view_lookup(struct soft_dev *sd, uint32_t qpn, struct soft_qp_view *v, 
         field = "rq_cap", val = h.rq_cap;
     else if (h.sq_cap < 1 || h.sq_cap > SOFT_MAX_QP_WR)
         field = "sq_cap", val = h.sq_cap;
-    else if (h.recv_db >= SOFT_MAX_CQ)
+    else if (h.recv_db >= SHM_MAX_CQ)
         field = "recv_db", val = h.recv_db;
-    else if (h.send_db >= SOFT_MAX_CQ)
+    else if (h.send_db >= SHM_MAX_CQ)
         field = "send_db", val = h.send_db;
     if (field)
         return bad(why, whylen, "peer QP 0x%x (pid %d): %s %llu is out of range (its shared "
                    "memory is corrupt)", qpn, (int)s.pid, field, (unsigned long long)val);
-    if (soft_qp_bytes(h.rq_cap, h.sq_cap) > SOFT_CTX_SIZE - s.qp_off)
+    if (shm_qp_bytes(h.rq_cap, h.sq_cap) > SHM_CTX_SIZE - s.qp_off)
         return bad(why, whylen, "peer QP 0x%x (pid %d): rq_cap %u and sq_cap %u do not fit in "
                    "its context (its shared memory is corrupt)", qpn, (int)s.pid, h.rq_cap,
                    h.sq_cap);
-    struct soft_doorbell *db = soft_peer_at(peer, SOFT_CTX_DB_OFF);
-    *v = (struct soft_qp_view){
+    struct shm_doorbell *db = shm_peer_at(peer, SHM_CTX_DB_OFF);
+    *v = (struct shm_view){
         .peer = peer, .sh = q, .rq = q->rq,
-        .sq = (struct soft_swr *)((char *)q + soft_sq_offset(h.rq_cap)),
+        .sq = (struct shm_swr *)((char *)q + shm_sq_offset(h.rq_cap)),
         .recv_db = &db[h.recv_db], .send_db = &db[h.send_db], .qpn = qpn,
         .qp_type = h.qp_type, .rq_cap = h.rq_cap, .sq_cap = h.sq_cap,
         .recv_dbi = h.recv_db, .send_dbi = h.send_db, .pid = s.pid,
@@ -261,7 +261,7 @@ int soft_view_lookup(struct soft_dev *sd, uint32_t qpn, struct soft_qp_view *v, 
     return 0;
 }
 
-bool soft_peer_alive(struct soft_peer *peer)
+bool shm_peer_alive(struct shm_peer *peer)
 {
     if (peer->same_process)
         return true;
@@ -272,18 +272,18 @@ bool soft_peer_alive(struct soft_peer *peer)
     return !pid_dead(peer->pid);
 }
 
-bool soft_peer_is_self(struct soft_peer *peer) { return peer->self; }
+bool shm_peer_is_self(struct shm_peer *peer) { return peer->self; }
 
-void *soft_peer_at(struct soft_peer *peer, uint64_t off)
+void *shm_peer_at(struct shm_peer *peer, uint64_t off)
 {
     return (char *)peer->base + off;
 }
 
 /* Copy MR entry idx of the peer under its sequence lock; false when it kept
  * changing (the owner is re-registering it right now). */
-static bool mr_entry_copy(struct soft_peer *peer, uint32_t idx, struct soft_mr_entry *out)
+static bool mr_entry_copy(struct shm_peer *peer, uint32_t idx, struct shm_mr_entry *out)
 {
-    struct soft_mr_entry *e = (struct soft_mr_entry *)soft_peer_at(peer, SOFT_CTX_MR_OFF) + idx;
+    struct shm_mr_entry *e = (struct shm_mr_entry *)shm_peer_at(peer, SHM_CTX_MR_OFF) + idx;
     for (int tries = 0; tries < 4; tries++) {
         uint32_t e1 = atomic_load_explicit(&e->epoch, memory_order_acquire);
         out->key = e->key;
@@ -302,20 +302,20 @@ static bool mr_entry_copy(struct soft_peer *peer, uint32_t idx, struct soft_mr_e
 }
 
 /* The largest region anyone registers (soft personalities allow 2^46). */
-#define SOFT_MR_LIMIT (1ull << 47)
+#define SHM_MR_LIMIT (1ull << 47)
 
-int soft_peer_mem(struct soft_dev *sd, struct soft_peer *peer, uint32_t key, uint64_t addr,
+int shm_peer_mem(struct soft_wire *w, struct shm_peer *peer, uint32_t key, uint64_t addr,
                   uint64_t len, uint32_t need_access, void **out, char *why, size_t whylen)
 {
     if (peer->self)
-        return soft_local_mem(sd, key, addr, len, need_access, out);
+        return shm_local_mem(w, key, addr, len, need_access, out);
     uint32_t idx = key >> 8;
-    if (idx == 0 || idx >= SOFT_MR_MAX)
+    if (idx == 0 || idx >= SHM_MR_MAX)
         return -EINVAL;
-    struct soft_mr_entry e;
+    struct shm_mr_entry e;
     if (!mr_entry_copy(peer, idx, &e) || e.key != key || key == 0)
         return -ENOENT;
-    if (e.length > SOFT_MR_LIMIT || e.addr > UINT64_MAX - e.length || e.fd_off > SOFT_MR_LIMIT)
+    if (e.length > SHM_MR_LIMIT || e.addr > UINT64_MAX - e.length || e.fd_off > SHM_MR_LIMIT)
         return bad(why, whylen, "MR 0x%x of pid %d: addr 0x%llx length %llu fd_off %llu are "
                    "impossible (its shared memory is corrupt)", key, (int)peer->pid,
                    (unsigned long long)e.addr, (unsigned long long)e.length,
@@ -329,15 +329,15 @@ int soft_peer_mem(struct soft_dev *sd, struct soft_peer *peer, uint32_t key, uin
     if (idx >= peer->nmaps) {
         uint32_t n = peer->nmaps ? peer->nmaps : 16;
         while (n <= idx)
-            n *= 2;             /* at most SOFT_MR_MAX entries: idx is bounded */
-        struct soft_map *m = realloc(peer->maps, n * sizeof *m);
+            n *= 2;             /* at most SHM_MR_MAX entries: idx is bounded */
+        struct shm_map *m = realloc(peer->maps, n * sizeof *m);
         if (!m)
             return -ENOMEM;
         memset(m + peer->nmaps, 0, (n - peer->nmaps) * sizeof *m);
         peer->maps = m;
         peer->nmaps = n;
     }
-    struct soft_map *m = &peer->maps[idx];
+    struct shm_map *m = &peer->maps[idx];
     uint32_t epoch = atomic_load_explicit(&e.epoch, memory_order_relaxed);
     if (m->key != key || m->epoch != epoch || !m->base) {
         if (m->base)
@@ -369,12 +369,12 @@ int soft_peer_mem(struct soft_dev *sd, struct soft_peer *peer, uint32_t key, uin
     return 0;
 }
 
-int soft_wake_addr(struct soft_dev *sd, int32_t pid, uint64_t ctx_id, uint32_t dbi,
+int shm_wake_addr(struct soft_wire *w, int32_t pid, uint64_t ctx_id, uint32_t dbi,
                    struct sockaddr_un *a, socklen_t *len)
 {
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;
-    int n = snprintf(a->sun_path, sizeof a->sun_path, "%s/wake-%d-%016llx-%u", sd->shm_dir,
+    int n = snprintf(a->sun_path, sizeof a->sun_path, "%s/wake-%d-%016llx-%u", w->shm_dir,
                      (int)pid, (unsigned long long)ctx_id, dbi);
     if (n < 0 || (size_t)n >= sizeof a->sun_path)
         return -ENAMETOOLONG;
@@ -382,7 +382,7 @@ int soft_wake_addr(struct soft_dev *sd, int32_t pid, uint64_t ctx_id, uint32_t d
     return 0;
 }
 
-void soft_ring(struct soft_dev *sd, struct soft_peer *peer, struct soft_doorbell *db,
+void shm_ring(struct soft_wire *w, struct shm_peer *peer, struct shm_doorbell *db,
                uint32_t dbi)
 {
     /* pairs with the fence in req_notify: either the owner sees our result
@@ -392,12 +392,12 @@ void soft_ring(struct soft_dev *sd, struct soft_peer *peer, struct soft_doorbell
         !atomic_exchange(&db->armed, 0))
         return;
     /* the address comes from what we checked (the process and context we
-     * mapped, a doorbell index below SOFT_MAX_CQ) and our own directory,
+     * mapped, a doorbell index below SHM_MAX_CQ) and our own directory,
      * never from the peer's memory */
     struct sockaddr_un a;
     socklen_t len;
-    if (soft_wake_addr(sd, peer->pid, peer->ctx_id, dbi, &a, &len) == 0) {
+    if (shm_wake_addr(w, peer->pid, peer->ctx_id, dbi, &a, &len) == 0) {
         char b = 1;
-        sendto(sd->wake_fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len);
+        sendto(w->wake_fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len);
     }
 }
