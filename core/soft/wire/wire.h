@@ -69,8 +69,15 @@
  *   - port state (a pulled cable), host-wide per device and port: both the
  *     objects (query_port, RTR) and the wires (a path is up when both ends'
  *     ports are ACTIVE) read it from faults;
- * Message faults come next: on shm a message is the unit (a drop would be a
- * message that never reaches a receive); on udp a packet.
+ *   - drop, for UC and UD on shm: the message vanishes before it reaches a
+ *     receive, its send completes as sent (UC never reports loss), and the
+ *     receiver's engine finds the gap by its sequence number. RC over shm
+ *     ignores drops: a reliable transport would retransmit until the
+ *     message arrives, and a copy has no packets to lose; the UDP wire
+ *     loses RC packets for real and recovers (go-back-N, timers).
+ * The decision is a pure function of the configuration and the unit (the
+ * message's index in its send queue), so either end of a shm queue pair
+ * that executes a send decides the same, and a run replays exactly.
  * corrupt, duplicate, reorder, delay, bandwidth and partition are packet
  * faults: the UDP wire's (issue 10).
  *

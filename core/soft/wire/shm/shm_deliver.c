@@ -16,7 +16,10 @@
  *              RTR/RTS) -> IBV_WC_RETRY_EXC_ERR after timeout x (retry_cnt+1).
  *              UC/UD: dropped when there is nowhere to put it.
  * Only the owner handles what needs the sender's view (UD, a vanished peer,
- * memory the receiver cannot map); the receiver leaves those alone. */
+ * memory the receiver cannot map); the receiver leaves those alone.
+ *
+ * Faults: a UC or UD message the faults say to drop vanishes here, before
+ * it reaches a receive (its send completes as sent). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -208,6 +211,22 @@ static void recv_err(struct shm_exec *e, uint64_t c, enum ibv_wc_status st, uint
     recv_done(e, c, &r);
 }
 
+/* Is a receive posted at the target? If not, ask the target to run us
+ * when it posts one (then look once more: its post may have come just
+ * before it could see the ask; pairs with the fence in post_recv). */
+static bool receive_waiting(struct shm_exec *e)
+{
+    struct shm_view *t = e->tv;
+    for (int asked = 0; asked < 2; asked++) {
+        uint64_t k = atomic_load_explicit(&t->sh->rq_cons, memory_order_acquire);
+        if (shm_rq_posted(t->rq, t->rq_cap, k))
+            return true;
+        atomic_store(&t->sh->help_wanted, 1);
+        atomic_thread_fence(memory_order_seq_cst);
+    }
+    return false;
+}
+
 /* Take the target's oldest posted receive: its index in *c, its copy in
  * *r. Returns SHM_DONE, SHM_WAIT/SHM_DONE (none: the caller's policy) via *none, or a
  * bad value. */
@@ -290,6 +309,14 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
         return SHM_WAIT;
     }
     bool rc = e->sv->qp_type == IBV_QPT_RC;
+    struct soft_fault_unit unit = {.qp_type = e->sv->qp_type, .index = e->index};
+    if (soft_faults_drop(e->w->cfg.faults, &unit)) {
+        /* lost on the way; with credit flow only once a receive waits for
+         * it (the frame used a credit) */
+        if (e->w->cfg.credit_flow && !receive_waiting(e))
+            return SHM_WAIT;
+        return SHM_DONE;
+    }
 
     if (op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ) {
         uint32_t acc = op == IBV_WR_RDMA_READ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
@@ -380,6 +407,9 @@ int shm_deliver_ud(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
         return shm_exec_fail(e, IBV_WC_LOC_PROT_ERR, SOFT_VERR_LKEY);
     if (w->total > (128u << q->a.mtu))
         return shm_exec_fail(e, IBV_WC_LOC_LEN_ERR, SOFT_VERR_MSG_SIZE);
+    struct soft_fault_unit unit = {.qp_type = IBV_QPT_UD, .index = e->index};
+    if (soft_faults_drop(sw->cfg.faults, &unit))
+        return SHM_DONE;        /* lost on the way */
     if (!(w->flags & SOFT_SEND_DGID_LOCAL))
         return SHM_DONE;            /* not reachable over this wire: lost */
     struct shm_view v;
