@@ -259,22 +259,20 @@ static int take_receive(struct shm_exec *e, struct shm_rqe *r, uint64_t *c, bool
         /* the next message will want the next receive: start fetching its
          * line (the owner wrote it) now, off the next message's path */
         __builtin_prefetch(&t->rq[(k + 1) % t->rq_cap], 0, 3);
-        char who[64];
-        owner_text(t, who, sizeof who);
-        if (!sane) {
-            recv_err(e, k, IBV_WC_LOC_QP_OP_ERR, SOFT_VERR_CORRUPT);
-            return shm_exec_broken(e, true, "%s: receive slot %u: num_sge %u > %d (its shared memory is "
-                          "corrupt)", who, (unsigned)(k % t->rq_cap), r->num_sge, SOFT_MAX_SGE);
-        }
         uint64_t sum = 0;
-        for (uint32_t i = 0; i < r->num_sge; i++)
+        for (uint32_t i = 0; sane && i < r->num_sge; i++)
             sum += r->sge[i].length;
-        if (sum != r->total) {
+        if (TBRT_UNLIKELY(!sane || sum != r->total)) {
+            char who[64], what[96];
+            owner_text(t, who, sizeof who);
+            if (!sane)
+                snprintf(what, sizeof what, "num_sge %u > %d", r->num_sge, SOFT_MAX_SGE);
+            else
+                snprintf(what, sizeof what, "total %llu != the %llu bytes of its scatter list",
+                         (unsigned long long)r->total, (unsigned long long)sum);
             recv_err(e, k, IBV_WC_LOC_QP_OP_ERR, SOFT_VERR_CORRUPT);
-            return shm_exec_broken(e, true, "%s: receive slot %u: total %llu != the %llu bytes of its "
-                          "scatter list (its shared memory is corrupt)", who,
-                          (unsigned)(k % t->rq_cap), (unsigned long long)r->total,
-                          (unsigned long long)sum);
+            return shm_exec_broken(e, true, "%s: receive slot %u: %s (its shared memory is "
+                                   "corrupt)", who, (unsigned)(k % t->rq_cap), what);
         }
         return SHM_DONE;
     }
