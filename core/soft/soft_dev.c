@@ -1,13 +1,17 @@
 /* soft_dev.c - the soft device as a device kind: listing soft0..N, opening
- * one with its personality and port states, queries, PDs, address handles,
- * and the table of operations that ties the soft_*.c files together.
+ * one with its personality, port states, faults and wire, queries, PDs,
+ * address handles, and the table of operations that ties the soft_*.c files
+ * together.
  *
  * Configuration, most specific first:
  *   personality  tbrt_dev_opts.personality, $TBRT_SOFT<N>_PERSONALITY,
  *                $TBRT_SOFT_PERSONALITY, else soft0 apple-uc, soft1 linux-rc
  *   ports        tbrt_dev_opts.ports, $TBRT_SOFT<N>_PORTS, $TBRT_SOFT_PORTS,
  *                else the personality's ("down,active" / "active")
- *   devices      $TBRT_SOFT_DEVICES (2) */
+ *   devices      $TBRT_SOFT_DEVICES (2)
+ *   fabric       $TBRT_SOFT_FABRIC ("default"): devices meet only on the same
+ *                fabric and personality (a registry each, for shm)
+ *   faults       $TBRT_FAULTS (wire/faults.h) */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +51,7 @@ static const struct soft_personality personalities[] = {
         .name = "linux-rc",
         .flavor = TBRT_FLAVOR_LINUX,
         .qp_types = (1u << IBV_QPT_RC) | (1u << IBV_QPT_UC) | (1u << IBV_QPT_UD),
-        .max_qp = SOFT_SLOTS - 2,
+        .max_qp = SOFT_MAX_QP,
         .depth_in_frames = false,
         .max_qp_wr = 32768,
         .max_msg = 1ull << 30,
@@ -163,6 +167,45 @@ static int soft_list(tbrt_devinfo *out, int max)
     return n;
 }
 
+/* The fabric's name: soft devices meet only on the same fabric (default
+ * "default"; TBRT_SOFT_FABRIC gives a separate one, e.g. per test run) and
+ * personality, so apple-uc and linux-rc queue pairs never meet. */
+static int fabric_name(struct soft_dev *sd, char *out, size_t len)
+{
+    const char *n = env_str("TBRT_SOFT_FABRIC", "default");
+    size_t k = strlen(n);
+    if (k == 0 || k > 32 || strspn(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                      "0123456789._-") != k || n[0] == '.')
+        return dev_fail(&sd->dev, EINVAL, "TBRT_SOFT_FABRIC \"%s\": a fabric name is 1..32 of "
+                        "A-Z a-z 0-9 . _ - (not starting with .)", n);
+    snprintf(out, len, "%s-%s", n, sd->p->name);
+    return 0;
+}
+
+/* Faults and the wire for an opened device. */
+static int soft_attach(struct soft_dev *sd)
+{
+    char fabric[64], why[TBRT_WHY_MAX];
+    int rc = fabric_name(sd, fabric, sizeof fabric);
+    if (rc)
+        return rc;
+    rc = soft_faults_open(&sd->faults, fabric, sd->index, sd->port_state, sd->p->nports, why,
+                          sizeof why);
+    if (rc)
+        return dev_fail(&sd->dev, -rc, "%s", why);
+    sd->faults_open = true;
+    sd->wops = &soft_wire_shm;
+    struct soft_wire_cfg cfg = {
+        .fabric = fabric, .dev_index = sd->index, .credit_flow = sd->p->credit_flow,
+        .frames_must_match = sd->p->frames_must_match, .faults = &sd->faults, .corrupt_why = sd->corrupt_why,
+        .corrupt_len = sizeof sd->corrupt_why,
+    };
+    rc = sd->wops->open(&cfg, &sd->wire, why, sizeof why);
+    if (rc)
+        return dev_fail(&sd->dev, -rc, "%s", why);
+    return 0;
+}
+
 static void soft_close(tbrt_dev *dev);
 
 static int soft_open(const char *name, const tbrt_dev_opts *opts, tbrt_dev **out, char *err,
@@ -186,7 +229,7 @@ static int soft_open(const char *name, const tbrt_dev_opts *opts, tbrt_dev **out
     const char *ports = config(index, opts->ports, "PORTS", p->ports);
     int rc = parse_ports(ports, p->nports, sd->port_state, err, errlen);
     if (rc == 0)
-        rc = soft_fabric_open(sd);
+        rc = soft_attach(sd);
     if (rc) {
         if (sd->dev.why[0])
             err_set(err, errlen, -rc, "%s", sd->dev.why);
@@ -211,10 +254,38 @@ static void soft_close(tbrt_dev *dev)
         soft_destroy_qp(&sd->qps->qp);
     while (sd->cqs)
         soft_destroy_cq(&sd->cqs->cq);
-    while (sd->backings)
-        soft_backing_put(sd, sd->backings);
-    soft_fabric_close(sd);
+    while (sd->mrs) {
+        struct soft_mr *m = sd->mrs;
+        sd->mrs = m->next;
+        if (sd->wire)
+            sd->wops->mr_dereg(sd->wire, m->mr.lkey);
+        free(m);
+    }
+    if (sd->wire)
+        sd->wops->close(sd->wire);
+    if (sd->faults_open)
+        soft_faults_close(&sd->faults);
     free(sd);
+}
+
+int soft_port_state(struct soft_dev *sd, int port)
+{
+    return soft_faults_port_state(&sd->faults, sd->index, port);
+}
+
+int soft_set_port_state(tbrt_dev *dev, uint8_t port, int state)
+{
+    struct soft_dev *sd = soft_of(dev);
+    if (port < 1 || port > sd->p->nports)
+        return dev_fail(dev, EINVAL, "set_port_state: port %u does not exist (1..%d)", port,
+                        sd->p->nports);
+    if (state != 0 && state != IBV_PORT_DOWN && state != IBV_PORT_ACTIVE &&
+        state != IBV_PORT_INIT && state != IBV_PORT_ARMED)
+        return dev_fail(dev, EINVAL, "set_port_state: %d is not a port state", state);
+    if (sd->index >= SOFT_FAULT_DEVS)
+        return dev_fail(dev, EINVAL, "set_port_state: only soft0..soft%d", SOFT_FAULT_DEVS - 1);
+    soft_faults_set_port(&sd->faults, port, state);
+    return 0;
 }
 
 /* ---- queries -------------------------------------------------------------- */
@@ -236,9 +307,9 @@ static int soft_query_device(tbrt_dev *dev, struct ibv_device_attr *a)
     a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
     a->max_sge = SOFT_MAX_SGE;
     a->max_sge_rd = SOFT_MAX_SGE;
-    a->max_cq = 1024;
-    a->max_cqe = 65536;
-    a->max_mr = SOFT_MR_MAX - 1;
+    a->max_cq = SOFT_MAX_CQ;
+    a->max_cqe = SOFT_MAX_CQE;
+    a->max_mr = SOFT_MAX_MR;
     a->max_pd = 1024;
     a->max_qp_rd_atom = 16;
     a->max_qp_init_rd_atom = 16;
@@ -322,7 +393,7 @@ static int soft_destroy_ah(tbrt_ah *ah)
 
 static const char *soft_vendor_err(tbrt_dev *dev, uint32_t code)
 {
-    (void)dev;
+    struct soft_dev *sd = soft_of(dev);
     switch (code) {
     case SOFT_VERR_FRAMES:
         return "the SEND and its RECV cover different numbers of 4 KiB frames (TN3205: they "
@@ -339,6 +410,11 @@ static const char *soft_vendor_err(tbrt_dev *dev, uint32_t code)
     case SOFT_VERR_MSG_SIZE: return "message larger than the path MTU / max_msg_sz";
     case SOFT_VERR_REMOTE: return "the responder reported an error";
     case SOFT_VERR_PORT_DOWN: return "a port on the path is not ACTIVE (link lost)";
+    case SOFT_VERR_CORRUPT:
+        /* what this process met; a peer that met it in our memory says so */
+        return sd->corrupt_why[0] ? sd->corrupt_why
+                                  : "a peer found a bad value in the shared memory of this queue "
+                                    "pair or its own (corrupt; see the peer's error)";
     default: return "";
     }
 }

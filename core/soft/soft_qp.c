@@ -19,25 +19,20 @@
  * and so is a missing required attribute. On top of the spec, the soft
  * device refuses RTR on a DOWN port (ENETDOWN) and towards a GID its wire
  * cannot reach (EHOSTUNREACH), with a message saying so, because on real
- * hardware those cases fail silently later. */
+ * hardware those cases fail silently later.
+ *
+ * The wire gets the attributes after every change (soft_wire_qp_attr).
+ * A QP that met a bad value (from a peer, through the wire) breaks
+ * (soft_qp_break): the text is the device's SOFT_VERR_CORRUPT, the QP goes
+ * to ERR, and its first flushed work request completes with
+ * IBV_WC_LOC_QP_OP_ERR saying why. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "soft/soft.h"
 #include "util/util.h"
-
-/* The shared block: header, receive queue, then the send queue. */
-static size_t sq_offset(uint32_t rq_cap)
-{
-    size_t off = sizeof(struct soft_qp_shared) + (size_t)rq_cap * sizeof(struct soft_rqe);
-    return (off + 63) & ~(size_t)63;
-}
-
-static size_t qp_bytes(uint32_t rq_cap, uint32_t sq_cap)
-{
-    return sq_offset(rq_cap) + (size_t)sq_cap * sizeof(struct soft_swr);
-}
 
 int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out)
 {
@@ -71,34 +66,35 @@ int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out)
     if (cap->max_inline_data > 256)
         return dev_fail(dev, EINVAL, "create_qp: max_inline_data %u > 256", cap->max_inline_data);
     struct soft_qp *q = calloc(1, sizeof *q);
-    if (!q)
-        return dev_fail(dev, ENOMEM, "create_qp: out of memory");
     uint32_t sq_cap = cap->max_send_wr, rq_cap = cap->max_recv_wr;
-    q->sh = soft_ctx_alloc(sd, qp_bytes(rq_cap, sq_cap), &q->sh_off);
-    if (!q->sh) {
-        free(q);
-        return dev_fail(dev, ENOMEM, "create_qp: device context full");
+    if (q) {
+        q->rq_wr = calloc(rq_cap, sizeof *q->rq_wr);
+        q->sq_wr = calloc(sq_cap, sizeof *q->sq_wr);
     }
-    uint32_t qpn;
-    int rc = soft_slot_alloc(sd, q->sh_off, (uint32_t)t, &qpn);
+    if (!q || !q->rq_wr || !q->sq_wr) {
+        if (q) {
+            free(q->rq_wr);
+            free(q->sq_wr);
+        }
+        free(q);
+        return dev_fail(dev, ENOMEM, "create_qp: out of memory");
+    }
+    struct soft_wire_qp_init wi = {.qp_type = (uint32_t)t, .rq_cap = rq_cap, .sq_cap = sq_cap,
+                                   .recv_cq = ((struct soft_cq *)init->recv_cq)->wcq,
+                                   .send_cq = ((struct soft_cq *)init->send_cq)->wcq, .cookie = q};
+    char why[TBRT_WHY_MAX];
+    uint32_t qpn = 0;
+    int rc = sd->wops->qp_create(sd->wire, &wi, &q->wq, &qpn, why, sizeof why);
     if (rc) {
-        soft_ctx_release(sd, q->sh_off, qp_bytes(rq_cap, sq_cap));
+        free(q->rq_wr);
+        free(q->sq_wr);
         free(q);
-        return rc;
+        return dev_fail(dev, -rc, "create_qp: %s", why);
     }
-    q->sh->qp_type = (uint32_t)t;
-    q->sh->rq_cap = rq_cap;
-    q->sh->sq_cap = sq_cap;
-    q->sh->sq_off = sq_offset(rq_cap);
-    q->sh->recv_cq_off = ((struct soft_cq *)init->recv_cq)->sh_off;
-    q->sh->send_cq_off = ((struct soft_cq *)init->send_cq)->sh_off;
-    q->sh->mtu = (uint8_t)p->mtu;
-    q->sh->dev_index = (uint8_t)sd->index;
-    q->sh->pd = pd->handle;
-    atomic_store(&q->sh->state, IBV_QPS_RESET);
-    q->sh->qpn = qpn;
+    q->rq_cap = rq_cap;
+    q->sq_cap = sq_cap;
     q->sd = sd;
-    q->mtu = p->mtu;
+    q->a = (struct soft_wire_qp_attr){.state = IBV_QPS_RESET, .mtu = (uint8_t)p->mtu};
     q->sq_sig_all = init->sq_sig_all != 0;
     if (cap->max_send_sge == 0)
         cap->max_send_sge = 1;
@@ -164,93 +160,37 @@ static const char *mask_names(int mask, char *buf, size_t len)
     return buf;
 }
 
-static void flush_rq(struct soft_qp *q)
-{
-    struct soft_qp_shared *s = q->sh;
-    struct soft_cq_shared *rcq = ((struct soft_cq *)q->qp.recv_cq)->sh;
-    for (;;) {
-        uint64_t c = atomic_load(&s->rq_cons);
-        if (c >= atomic_load(&s->rq_prod))
-            break;
-        struct soft_rqe r;
-        soft_rqe_copy(&r, &s->rq[c % s->rq_cap]);
-        if (!atomic_compare_exchange_strong(&s->rq_cons, &c, c + 1))
-            continue;
-        q->rq_frames_done += r.frames;
-        struct ibv_wc wc = {.wr_id = r.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
-                            .opcode = IBV_WC_RECV, .vendor_err = SOFT_VERR_FLUSH,
-                            .qp_num = q->qp.qp_num};
-        soft_cq_push(q->sd, rcq, &wc);
-    }
-}
-
-/* Take the send queue's lock even from a peer that is running it right now
- * (it lets go within one send), bounded. */
-static bool sq_lock_wait(struct soft_dev *sd, struct soft_qp_shared *s)
-{
-    uint64_t until = now_ns() + 100000000ull;
-    while (!soft_sq_lock(sd, s, true))
-        if (now_ns() > until)
-            return false;
-    return true;
-}
-
-static void flush_sq(struct soft_qp *q)
-{
-    struct soft_qp_shared *s = q->sh;
-    struct soft_cq_shared *scq = ((struct soft_cq *)q->qp.send_cq)->sh;
-    bool locked = sq_lock_wait(q->sd, s);
-    uint64_t h = atomic_load(&s->sq_head), t = atomic_load(&s->sq_tail);
-    for (; h < t; h++) {
-        struct soft_swr *w = &soft_sq(s)[h % s->sq_cap];
-        struct ibv_wc wc = {.wr_id = w->wr_id, .status = IBV_WC_WR_FLUSH_ERR,
-                            .opcode = IBV_WC_SEND, .vendor_err = SOFT_VERR_FLUSH,
-                            .qp_num = q->qp.qp_num};
-        soft_cq_push(q->sd, scq, &wc);
-    }
-    atomic_store(&s->sq_head, t);
-    if (locked)
-        soft_sq_unlock(s);
-}
-
 void soft_qp_to_err(struct soft_qp *q)
 {
     q->qp.state = IBV_QPS_ERR;
-    atomic_store(&q->sh->state, IBV_QPS_ERR);
-    flush_sq(q);
-    flush_rq(q);
+    q->a.state = IBV_QPS_ERR;
+    q->sd->wops->qp_modify(q->wq, &q->a);
+    /* what had finished, as it finished; the rest flushed */
+    soft_reap_send(q);
+    soft_reap_recv(q);
 }
 
-void soft_check_attention(struct soft_dev *sd)
+void soft_qp_break(struct soft_qp *q, bool reported)
 {
-    uint64_t a = atomic_load_explicit(&sd->ctx->attention, memory_order_acquire);
-    if (TBRT_LIKELY(a == sd->attention_seen))
+    if (q->qp.state == IBV_QPS_ERR || q->qp.state == IBV_QPS_RESET)
         return;
-    sd->attention_seen = a;
-    for (struct soft_qp *q = sd->qps; q; q = q->next)
-        if (atomic_load(&q->sh->remote_err) && q->qp.state != IBV_QPS_ERR &&
-            q->qp.state != IBV_QPS_RESET)
-            soft_qp_to_err(q);
+    q->broken = true;
+    q->broken_told = reported;
+    soft_qp_to_err(q);
 }
 
+/* Nothing outstanding survives RESET, and no completions. The indices go on
+ * counting, in the wire too. */
 static void to_reset(struct soft_qp *q)
 {
-    bool locked = sq_lock_wait(q->sd, q->sh);
-    atomic_store(&q->sh->sq_head, 0);
-    atomic_store(&q->sh->sq_tail, 0);
-    if (locked)
-        soft_sq_unlock(q->sh);
-    q->sq_seen = 0;
-    q->sq_frames = 0;
-    atomic_store(&q->sh->rq_prod, 0);
-    for (uint32_t i = 0; i < q->sh->rq_cap; i++)
-        atomic_store(&q->sh->rq[i].seq, 0);    /* old entries must not look posted */
-    atomic_store(&q->sh->rq_cons, 0);
-    atomic_store(&q->sh->remote_err, 0);
-    q->rq_frames = 0;
-    q->rq_frames_done = 0;
-    q->peer = NULL;
-    q->peer_qp = NULL;
+    q->qp.state = IBV_QPS_RESET;
+    q->a.state = IBV_QPS_RESET;
+    q->sd->wops->qp_modify(q->wq, &q->a);
+    q->rq_done = q->rq_prod;
+    q->sq_done = q->sq_tail;
+    q->rq_frames = q->sq_frames = 0;
+    q->have_rres = q->have_sres = false;
+    q->broken = q->broken_told = false;
 }
 
 static int check_rtr_path(struct soft_qp *q, struct ibv_qp_attr *a, int mask)
@@ -263,12 +203,11 @@ static int check_rtr_path(struct soft_qp *q, struct ibv_qp_attr *a, int mask)
         if (a->path_mtu < IBV_MTU_256 || a->path_mtu > sd->p->mtu)
             return dev_fail(dev, EINVAL, "modify_qp RTR: path_mtu %d above the port's MTU %d",
                             128 << a->path_mtu, 128 << sd->p->mtu);
-        q->mtu = a->path_mtu;
-        q->sh->mtu = (uint8_t)a->path_mtu;
+        q->a.mtu = (uint8_t)a->path_mtu;
     }
     if (!(mask & IBV_QP_AV))
         return 0;
-    uint8_t port = a->ah_attr.port_num ? a->ah_attr.port_num : q->port;
+    uint8_t port = a->ah_attr.port_num ? a->ah_attr.port_num : q->a.port;
     if (port < 1 || port > sd->p->nports)
         return dev_fail(dev, EINVAL, "modify_qp RTR: port %u does not exist (1..%d)", port,
                         sd->p->nports);
@@ -284,15 +223,16 @@ static int check_rtr_path(struct soft_qp *q, struct ibv_qp_attr *a, int mask)
     if (soft_query_gid(dev, port, a->ah_attr.grh.sgid_index, &e) < 0)
         return dev_fail(dev, EINVAL, "modify_qp RTR: sgid_index %u is not a GID of port %u",
                         a->ah_attr.grh.sgid_index, port);
-    if (!soft_gid_is_local(sd, a->ah_attr.grh.dgid.raw)) {
+    char why[TBRT_WHY_MAX];
+    if (!sd->wops->reaches(sd->wire, a->ah_attr.grh.dgid.raw,
+                           soft_gid_is_local(sd, a->ah_attr.grh.dgid.raw), why, sizeof why)) {
         char g[64];
         dev_gid_str(a->ah_attr.grh.dgid.raw, g, sizeof g);
-        return dev_fail(dev, EHOSTUNREACH,
-                        "modify_qp RTR: destination GID %s is not on this host; the soft "
-                        "device's shared-memory wire reaches this host only", g);
+        return dev_fail(dev, EHOSTUNREACH, "modify_qp RTR: destination GID %s is not on this "
+                        "host; %s", g, why);
     }
     q->sgid_index = a->ah_attr.grh.sgid_index;
-    q->dgid = a->ah_attr.grh.dgid;
+    memcpy(q->a.dgid, a->ah_attr.grh.dgid.raw, 16);
     return 0;
 }
 
@@ -308,8 +248,6 @@ int soft_modify_qp(tbrt_qp *qp, struct ibv_qp_attr *a, int mask)
                         dev_qp_state_name(a->cur_qp_state), dev_qp_state_name(qp->state));
     if (to == IBV_QPS_RESET) {
         to_reset(q);
-        qp->state = IBV_QPS_RESET;
-        atomic_store(&q->sh->state, IBV_QPS_RESET);
         return 0;
     }
     if (to == IBV_QPS_ERR) {
@@ -342,8 +280,7 @@ int soft_modify_qp(tbrt_qp *qp, struct ibv_qp_attr *a, int mask)
         if (a->port_num < 1 || a->port_num > sd->p->nports)
             return dev_fail(dev, EINVAL, "modify_qp: port %u does not exist (1..%d)", a->port_num,
                             sd->p->nports);
-        q->port = a->port_num;
-        q->sh->port = a->port_num;
+        q->a.port = a->port_num;
     }
     if (mask & IBV_QP_PKEY_INDEX && a->pkey_index != 0)
         return dev_fail(dev, EINVAL, "modify_qp: pkey_index %u (the P_Key table has 1 entry)",
@@ -356,33 +293,28 @@ int soft_modify_qp(tbrt_qp *qp, struct ibv_qp_attr *a, int mask)
     if (mask & IBV_QP_ACCESS_FLAGS)
         q->access = (int)a->qp_access_flags;
     if (mask & IBV_QP_QKEY)
-        q->sh->qkey = a->qkey;
+        q->a.qkey = a->qkey;
     if (mask & IBV_QP_DEST_QPN) {
         if (a->dest_qp_num < 2 || a->dest_qp_num > 0xffffff)
             return dev_fail(dev, EINVAL, "modify_qp: dest_qp_num 0x%x is not a connectable QP",
                             a->dest_qp_num);
-        q->dest_qpn = a->dest_qp_num;
-        q->sh->dest_qpn = a->dest_qp_num;
-        q->peer = NULL;
-        q->peer_qp = NULL;
-        q->peer_checked_ns = 0;
+        q->a.dest_qpn = a->dest_qp_num;
     }
     if (mask & IBV_QP_RQ_PSN)
         q->rq_psn = a->rq_psn & 0xffffff;
     if (mask & IBV_QP_SQ_PSN)
         q->sq_psn = a->sq_psn & 0xffffff;
-    if (mask & IBV_QP_MIN_RNR_TIMER) {
-        q->min_rnr_timer = a->min_rnr_timer & 31;
-        q->sh->min_rnr_timer = q->min_rnr_timer;
-    }
+    if (mask & IBV_QP_MIN_RNR_TIMER)
+        q->a.min_rnr_timer = a->min_rnr_timer & 31;
     if (mask & IBV_QP_TIMEOUT)
-        q->sh->timeout = a->timeout & 31;
+        q->a.timeout = a->timeout & 31;
     if (mask & IBV_QP_RETRY_CNT)
-        q->sh->retry_cnt = a->retry_cnt & 7;
+        q->a.retry_cnt = a->retry_cnt & 7;
     if (mask & IBV_QP_RNR_RETRY)
-        q->sh->rnr_retry = a->rnr_retry & 7;
+        q->a.rnr_retry = a->rnr_retry & 7;
     qp->state = to;
-    atomic_store(&q->sh->state, (uint32_t)to);
+    q->a.state = (uint32_t)to;
+    sd->wops->qp_modify(q->wq, &q->a);
     return 0;
 }
 
@@ -390,16 +322,15 @@ int soft_destroy_qp(tbrt_qp *qp)
 {
     struct soft_qp *q = (struct soft_qp *)qp;
     struct soft_dev *sd = q->sd;
-    soft_slot_free(sd, qp->qp_num);
-    atomic_store(&q->sh->state, IBV_QPS_RESET);
-    q->sh->qpn = 0;             /* peers holding a pointer see it gone */
-    soft_ctx_release(sd, q->sh_off, qp_bytes(q->sh->rq_cap, q->sh->sq_cap));
+    sd->wops->qp_destroy(q->wq);
     for (struct soft_qp **pp = &sd->qps; *pp; pp = &(*pp)->next)
         if (*pp == q) {
             *pp = q->next;
             break;
         }
     sd->nqp--;
+    free(q->rq_wr);
+    free(q->sq_wr);
     free(q);
     return 0;
 }

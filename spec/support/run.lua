@@ -35,7 +35,10 @@ local function remove_fabric()
     local uid = p:read("*l") ; p:close()
     if not os.getenv("TBRT_SHM_DIR") and uid then dir = "/dev/shm/tbrt-" .. uid end
   end
-  for _, pers in ipairs { "apple-uc", "linux-rc" } do os.remove(dir .. "/" .. fabric .. "-" .. pers) end
+  for _, pers in ipairs { "apple-uc", "linux-rc" } do
+    os.remove(dir .. "/" .. fabric .. "-" .. pers)              -- the registry
+    os.remove(dir .. "/" .. fabric .. "-" .. pers .. ".faults") -- port states
+  end
 end
 
 -- busted ends a run with failures by raising error() with no message when

@@ -1,0 +1,161 @@
+/* soft_reap.c - finished work into completions.
+ *
+ * The wire says, by index, when a receive or a send has finished and how
+ * (struct soft_result); the result may come from a peer process, so it is
+ * checked against our record of the work request before it becomes a
+ * completion with our wr_id: a status that is one, a receive's length no
+ * longer than what was posted. A CQ fed by several queues takes their
+ * results in the order of their stamps (when the work finished), as a NIC
+ * writes CQEs; each queue's own order is its index order. A slot is free
+ * for a new post only once its result was taken. */
+#include <stdio.h>
+#include <string.h>
+
+#include "soft/soft.h"
+#include "util/util.h"
+
+static struct soft_cq *cq_of(tbrt_cq *cq) { return (struct soft_cq *)cq; }
+
+/* The next result of a QP's receive (recv) or send queue, asked of the
+ * wire once. 1 there is one (in rres / sres), 0 not yet, -1 the QP broke. */
+static int next_result(struct soft_qp *q, bool recv)
+{
+    bool *have = recv ? &q->have_rres : &q->have_sres;
+    if (*have)
+        return 1;
+    uint64_t done = recv ? q->rq_done : q->sq_done, end = recv ? q->rq_prod : q->sq_tail;
+    if (done == end)
+        return 0;
+    const struct soft_wire_ops *o = q->sd->wops;
+    int r = recv ? o->recv_done(q->wq, done, &q->rres) : o->send_done(q->wq, done, &q->sres);
+    if (r < 0) {
+        soft_qp_break(q, false);
+        return -1;
+    }
+    *have = r > 0;
+    return r;
+}
+
+/* A flushed completion of a broken QP says why it broke, once. */
+static void flush_says_why(struct soft_qp *q, struct ibv_wc *wc)
+{
+    if (wc->status == IBV_WC_WR_FLUSH_ERR && q->broken && !q->broken_told) {
+        wc->status = IBV_WC_LOC_QP_OP_ERR;
+        wc->vendor_err = SOFT_VERR_CORRUPT;
+        q->broken_told = true;
+    }
+}
+
+/* Why a receive's result cannot be, or NULL. */
+static const char *recv_result_bad(const struct soft_result *r, const struct soft_wr *w,
+                                   char *buf, size_t len)
+{
+    if (r->status > IBV_WC_GENERAL_ERR)
+        snprintf(buf, len, "status %u is not a completion status", r->status);
+    else if (r->opcode != IBV_WC_RECV && r->opcode != IBV_WC_RECV_RDMA_WITH_IMM)
+        snprintf(buf, len, "opcode %u is not a receive's", r->opcode);
+    else if (r->opcode == IBV_WC_RECV && r->byte_len > w->total)
+        snprintf(buf, len, "byte_len %u > the %llu bytes posted", r->byte_len,
+                 (unsigned long long)w->total);
+    else if (r->wc_flags & ~(IBV_WC_GRH | IBV_WC_WITH_IMM))
+        snprintf(buf, len, "wc_flags 0x%x", r->wc_flags);
+    else if (r->src_qp > 0xffffff)
+        snprintf(buf, len, "src_qp 0x%x", r->src_qp);
+    else
+        return NULL;
+    return buf;
+}
+
+/* Make the completion of the next receive (next_result said 1); false when
+ * nothing was taken (the CQ is full, or the QP broke). */
+static bool recv_take(struct soft_qp *q)
+{
+    uint64_t c = q->rq_done;
+    uint32_t slot = (uint32_t)(c % q->rq_cap);
+    const struct soft_wr *w = &q->rq_wr[slot];
+    const struct soft_result *r = &q->rres;
+    char buf[160];
+    const char *bad = recv_result_bad(r, w, buf, sizeof buf);
+    struct ibv_wc wc = {.wr_id = w->wr_id, .status = r->status, .opcode = r->opcode,
+                        .vendor_err = r->vendor_err, .byte_len = r->byte_len, .imm_data = r->imm,
+                        .qp_num = q->qp.qp_num, .src_qp = r->src_qp, .wc_flags = r->wc_flags};
+    if (bad)
+        wc = (struct ibv_wc){.wr_id = w->wr_id, .status = IBV_WC_LOC_QP_OP_ERR,
+                             .opcode = IBV_WC_RECV, .vendor_err = SOFT_VERR_CORRUPT,
+                             .qp_num = q->qp.qp_num};
+    flush_says_why(q, &wc);
+    if (!soft_cq_add(cq_of(q->qp.recv_cq), &wc))
+        return false;           /* overrun: poll_cq says so */
+    q->rq_frames -= w->frames;
+    q->rq_done++;
+    q->have_rres = false;
+    if (bad) {
+        snprintf(q->sd->corrupt_why, sizeof q->sd->corrupt_why, "QP 0x%x broke: receive %llu: "
+                 "its result's %s (written by a peer: corrupt)", q->qp.qp_num,
+                 (unsigned long long)c, bad);
+        soft_qp_break(q, true);
+        return false;
+    }
+    return true;
+}
+
+static bool send_take(struct soft_qp *q)
+{
+    const struct soft_wr *w = &q->sq_wr[q->sq_done % q->sq_cap];
+    const struct soft_result *r = &q->sres;
+    bool bad = r->status > IBV_WC_GENERAL_ERR;
+    if (w->signaled || r->status != IBV_WC_SUCCESS) {
+        struct ibv_wc wc = {.wr_id = w->wr_id, .status = r->status, .opcode = w->opcode,
+                            .vendor_err = r->vendor_err, .byte_len = (uint32_t)w->total,
+                            .qp_num = q->qp.qp_num};
+        if (bad) {
+            wc.status = IBV_WC_LOC_QP_OP_ERR;
+            wc.vendor_err = SOFT_VERR_CORRUPT;
+        }
+        flush_says_why(q, &wc);
+        if (!soft_cq_add(cq_of(q->qp.send_cq), &wc))
+            return false;
+    }
+    q->sq_frames -= w->frames;
+    q->sq_done++;
+    q->have_sres = false;
+    if (bad) {
+        snprintf(q->sd->corrupt_why, sizeof q->sd->corrupt_why, "QP 0x%x broke: send %llu: its "
+                 "result's status %u is not a completion status (written by a peer: corrupt)",
+                 q->qp.qp_num, (unsigned long long)(q->sq_done - 1), r->status);
+        soft_qp_break(q, true);
+        return false;
+    }
+    return true;
+}
+
+void soft_reap_recv(struct soft_qp *q)
+{
+    while (next_result(q, true) > 0 && recv_take(q))
+        ;
+}
+
+void soft_reap_send(struct soft_qp *q)
+{
+    while (next_result(q, false) > 0 && send_take(q))
+        ;
+}
+
+void soft_reap_cq(struct soft_dev *sd, struct soft_cq *c)
+{
+    for (;;) {
+        struct soft_qp *best = NULL;
+        bool best_recv = false;
+        uint64_t best_stamp = UINT64_MAX;
+        for (struct soft_qp *q = sd->qps; q; q = q->next) {
+            if (&c->cq == q->qp.recv_cq && next_result(q, true) > 0 &&
+                (!best || q->rres.stamp < best_stamp))
+                best = q, best_recv = true, best_stamp = q->rres.stamp;
+            if (&c->cq == q->qp.send_cq && next_result(q, false) > 0 &&
+                (!best || q->sres.stamp < best_stamp))
+                best = q, best_recv = false, best_stamp = q->sres.stamp;
+        }
+        if (!best || !(best_recv ? recv_take(best) : send_take(best)))
+            return;
+    }
+}

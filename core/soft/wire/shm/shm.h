@@ -1,0 +1,438 @@
+/* shm.h - the shared-memory wire of the soft device: its layouts in shared
+ * memory and the parts of it that its files share.
+ *
+ *   fabric    one registry file per fabric name and personality (in the
+ *             private directory /dev/shm/tbrt-<uid>/) mapping queue pair
+ *             numbers to the process and memory that hold them; QPNs are
+ *             fabric-wide, like a subnet (shm_fabric.c).
+ *   context   each opened device owns a memfd "context segment" holding the
+ *             parts of its objects that peers must touch: queue pair blocks
+ *             (state, receive and send queues), completion doorbells, the MR
+ *             table. Peers map it through /proc/<pid>/fd/<fd> (shm_peer.c).
+ *   memory    registering memory swaps its pages for a memfd mapping with the
+ *             same contents at the same address, so a peer can map the
+ *             registered range and copy straight into it (shm_mem.c).
+ *
+ * A transfer is one memcpy from the sender's registered buffer into the
+ * receiver's posted buffer (the "DMA"), then a result in each end's queue
+ * slot (shm_exec.c). Either end may execute a connected send queue (one at
+ * a time, under a lock in the queue): the sender when it posts or polls, the
+ * receiver when it posts a receive the sender was waiting for, so a posted
+ * send moves without its sender calling in again, as on hardware. The ops
+ * of wire.h are in shm_wire.c. */
+#ifndef TBRT_SOFT_SHM_H
+#define TBRT_SOFT_SHM_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/un.h>
+
+#include <infiniband/verbs.h>
+
+#include "soft/wire/faults.h"
+#include "soft/wire/wire.h"
+#include "util/util.h"
+
+/* ---- shared memory layouts -------------------------------------------------- */
+
+/* Everything below is mapped by other processes, which may write any of it:
+ * a peer's bug, a peer of another build, or a hostile process of the same
+ * user. So the rules (shm_fabric.c, shm_peer.c, shm_exec.c, shm_wire.c):
+ *   - an owner keeps the truth of its objects in process memory (caps,
+ *     indices, work request ids, lengths) and never reads it back from here;
+ *   - a field a reader must use is copied once into a local, checked there
+ *     (bounds, enums, sums), and only the copy is used;
+ *   - what a process derives from another's fields (an offset, a socket
+ *     name, a mapping's size) is bounded by what it checked itself (fstat
+ *     of a sealed memfd, the context size), never by the other's word;
+ *   - completions are made by the owner alone, from its own records and a
+ *     checked result: a peer can report a wrong status, never a wrong wr_id
+ *     or a length longer than what was posted.
+ * A bad value fails the one send (its result says so) or breaks the queue
+ * pair that met it (an event, or -1 from recv_done / send_done; the text
+ * names the field in cfg->corrupt_why); it never crashes, hangs or makes a
+ * process allocate. */
+
+#define SHM_CTX_MAGIC 0x54464f5354524254ull /* "TBRTSOFT" */
+#define SHM_CTX_VERSION 2
+#define SHM_CTX_SIZE (256ull << 20)         /* sparse: pages appear on use */
+#define SHM_MR_MAX (SOFT_MAX_MR + 1) /* entry 0 is never used: keys are never 0 */
+#define SHM_MAX_CQ 1024                     /* doorbells per context */
+#define SHM_PAGE 4096u
+
+/* Fields written by different processes sit on separate cache lines, so a
+ * write by one end does not steal the line the other end is polling. */
+#define SHM_LINE 64
+#define SHM_OWN_LINE _Alignas(SHM_LINE)
+
+/* A registered region, in the owner's MR table; peers read it to resolve
+ * keys. Written by the owner only, under a sequence lock: epoch is odd
+ * while the entry changes, and a reader that saw it change retries. */
+struct shm_mr_entry {
+    _Atomic uint32_t epoch;     /* also bumped when the memfd behind it changes */
+    uint32_t key;               /* 0: free */
+    int32_t memfd;              /* fd in the owner's table; -1: not shareable */
+    uint32_t access;
+    uint64_t addr;              /* virtual address in the owner */
+    uint64_t length;
+    uint64_t fd_off;            /* where addr sits inside the memfd */
+};
+
+struct shm_ctx_hdr {
+    uint64_t magic;
+    uint32_t version;
+    int32_t pid;
+    uint64_t ctx_id;
+    /* bumped by a peer that changed one of our QPs (moved it to ERR) */
+    _Atomic uint64_t attention;
+};
+
+/* What makes a completion queue's owner look: a peer that finished work of
+ * one of its queues and finds the doorbell armed disarms it and wakes the
+ * owner's completion socket (named from the context and doorbell number). */
+struct shm_doorbell {
+    SHM_OWN_LINE _Atomic uint32_t armed;
+};
+
+/* A context segment: the header page, the doorbells, the MR table, then
+ * queue pair blocks (page aligned, from SHM_CTX_DATA_OFF). */
+#define SHM_CTX_DB_OFF SHM_PAGE
+#define SHM_CTX_MR_OFF (SHM_CTX_DB_OFF + SHM_MAX_CQ * sizeof(struct shm_doorbell))
+#define SHM_CTX_DATA_OFF                                                                \
+    ((SHM_CTX_MR_OFF + SHM_MR_MAX * sizeof(struct shm_mr_entry) + SHM_PAGE - 1) &   \
+     ~(uint64_t)(SHM_PAGE - 1))
+
+/* A posted receive. With one or two scatter entries it is one cache line:
+ * copy it with shm_rqe_copy, which touches the second only when needed.
+ * Whoever takes it (a CAS on the queue's rq_cons) copies it; to report, it
+ * claims the slot (a CAS of seq from posted to writing, which fails when the
+ * owner flushed or reused it meanwhile), writes the result over the scatter
+ * list, then marks it done. */
+#define SHM_RQE_DONE (1ull << 63)
+#define SHM_RQE_WRITING (1ull << 62)
+struct shm_rqe {
+    /* index + 1 while posted, | WRITING while its result is being written,
+     * | DONE once the result is there */
+    SHM_OWN_LINE _Atomic uint64_t seq;
+    uint32_t num_sge;
+    uint32_t pad;
+    uint64_t total;
+    union {
+        struct ibv_sge sge[SOFT_MAX_SGE];
+        struct soft_result res;
+    };
+};
+
+/* Copy a posted receive's scatter list into a local, touching a second
+ * line only when needed. Returns false (nothing copied beyond num_sge) when
+ * num_sge is impossible; the caller reports it. */
+static inline bool shm_rqe_copy(struct shm_rqe *to, const struct shm_rqe *from)
+{
+    memcpy(&to->num_sge, &from->num_sge,
+           offsetof(struct shm_rqe, sge) - offsetof(struct shm_rqe, num_sge));
+    if (to->num_sge > SOFT_MAX_SGE)
+        return false;
+    memcpy(to->sge, from->sge, to->num_sge * sizeof from->sge[0]);
+    return true;
+}
+
+/* Is receive number c of this queue posted (and not yet taken)? */
+static inline bool shm_rq_posted(struct shm_rqe *rq, uint32_t cap, uint64_t c)
+{
+    return atomic_load_explicit(&rq[c % cap].seq, memory_order_acquire) == c + 1;
+}
+
+/* A posted send, in shared memory so either end can execute it. No
+ * pointers and no wr_id (the owner keeps that): the address handle of a UD
+ * send is copied in. */
+struct shm_swr {
+    uint32_t opcode;            /* enum ibv_wr_opcode */
+    uint32_t send_flags;
+    uint32_t imm_data;          /* as given (network order) */
+    uint32_t num_sge;
+    uint64_t remote_addr;
+    uint32_t rkey;
+    uint32_t remote_qpn;        /* UD */
+    uint32_t remote_qkey;       /* UD */
+    uint32_t pad;
+    uint64_t total;
+    /* the executor's state across tries */
+    int32_t rnr_count;
+    uint32_t pad2;
+    uint64_t first_try_ns;      /* RC: first try without an answer */
+    uint64_t next_try_ns;       /* RC: after an RNR NAK */
+    struct soft_result res;     /* written before sq_head passes it */
+    uint8_t dgid[16];           /* UD: from the address handle */
+    uint8_t sgid[16];           /* UD: our GID it names, for the GRH */
+    uint32_t flags;             /* SOFT_SEND_* */
+    uint32_t pad3;
+    struct ibv_sge sge[SOFT_MAX_SGE];
+    uint8_t inl[SOFT_MAX_INLINE]; /* IBV_SEND_INLINE data, copied at post */
+};
+
+/* The shared half of a queue pair: state, receive queue, send queue. */
+struct shm_qp_block {
+    /* read mostly; the owner's copies are the truth */
+    _Atomic uint32_t state;     /* enum ibv_qp_state */
+    _Atomic uint32_t remote_err; /* set by whoever moved it to ERR remotely */
+    uint32_t qpn;               /* 0 once destroyed */
+    uint32_t qp_type;
+    uint32_t rq_cap;            /* slots in rq[]; shm_swr[sq_cap] follow */
+    uint32_t sq_cap;
+    uint32_t recv_db, send_db;  /* doorbells of its CQs */
+    uint32_t qkey;
+    uint32_t dest_qpn;          /* RC/UC: the connected peer, from RTR */
+    uint8_t min_rnr_timer;      /* responder's RNR NAK timer code */
+    uint8_t timeout, retry_cnt, rnr_retry, mtu;
+    uint8_t port;               /* its port and device (soft<dev>), for link state */
+    uint8_t dev_index;
+    /* receive queue: senders take the slot at rq_cons once its seq says
+     * it is posted */
+    SHM_OWN_LINE _Atomic uint64_t rq_cons;     /* senders: next slot to take (CAS) */
+    /* a sender found no receive here and stopped: run its queue when we post
+     * one (written by the sender only then, so it costs nothing otherwise) */
+    SHM_OWN_LINE _Atomic uint32_t help_wanted;
+    /* send queue: slots [sq_head, sq_tail) wait to be executed */
+    SHM_OWN_LINE _Atomic uint64_t sq_tail;     /* owner: next free slot */
+    SHM_OWN_LINE _Atomic int32_t sq_lock;      /* pid of the executor, 0 when free */
+    _Atomic uint64_t sq_head;   /* executor: next to run */
+    struct shm_rqe rq[];
+};
+
+/* The shared block: header, receive queue, then the send queue. */
+static inline size_t shm_sq_offset(uint32_t rq_cap)
+{
+    size_t off = sizeof(struct shm_qp_block) + (size_t)rq_cap * sizeof(struct shm_rqe);
+    return (off + SHM_LINE - 1) & ~(size_t)(SHM_LINE - 1);
+}
+
+static inline size_t shm_qp_bytes(uint32_t rq_cap, uint32_t sq_cap)
+{
+    return shm_sq_offset(rq_cap) + (size_t)sq_cap * sizeof(struct shm_swr);
+}
+
+/* ---- the fabric registry ------------------------------------------------ */
+
+#define SHM_REGISTRY_MAGIC 0x4342414654524254ull /* "TBRTFABC" */
+#define SHM_REGISTRY_VERSION 2
+#define SHM_MAX_DEVS 16
+#define SHM_MAX_PORTS 2
+#define SHM_SLOTS 1024               /* QPN = gen << 10 | slot */
+#define SHM_SLOT_BITS 10
+
+struct shm_slot {
+    uint32_t qpn;               /* 0: free */
+    int32_t pid;
+    int32_t ctx_fd;
+    uint32_t qp_type;
+    uint64_t ctx_id;
+    uint64_t qp_off;            /* the QP's shared block in the ctx */
+    uint32_t gen;
+    uint32_t pad;
+};
+
+struct shm_registry {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t nslots;
+    uint32_t next_gen;
+    uint32_t pad;
+    uint8_t unused_ports[SHM_MAX_DEVS * SHM_MAX_PORTS * 8]; /* port states were here (v2) */
+    struct shm_slot slots[SHM_SLOTS];
+};
+
+/* A queue pair as an executor sees it, in any context (ours too): where its
+ * block and queues are, and the sizes they were checked with. Made once per
+ * lookup (shm_view_lookup checks the registry slot and the block) or from
+ * the owner's own records, and only then used. */
+struct shm_view {
+    struct shm_peer *peer;     /* NULL: no view */
+    struct shm_qp_block *sh;
+    struct shm_rqe *rq;
+    struct shm_swr *sq;
+    struct shm_doorbell *recv_db, *send_db;
+    uint32_t qpn, qp_type, rq_cap, sq_cap;
+    uint32_t recv_dbi, send_dbi;
+    int32_t pid;
+};
+
+/* ---- the wire's objects (process memory) ------------------------------------ */
+
+struct shm_ctx_free;            /* free context memory (shm_fabric.c) */
+struct shm_mr;                  /* one of our registrations (shm_mem.c) */
+
+struct soft_wire {
+    struct soft_wire_cfg cfg;
+    char fabric[96];
+    char shm_dir[256];          /* our private directory (util/private_dir.h) */
+    int32_t pid;                /* ours, for lock words (getpid is a syscall) */
+    /* the registry */
+    int fabric_fd;
+    struct shm_registry *fabric_map;
+    /* our context segment */
+    int ctx_fd;
+    struct shm_ctx_hdr *ctx;
+    uint64_t ctx_id;            /* ours (the header's copy is for peers) */
+    uint64_t ctx_used;          /* bump allocator of the segment */
+    struct shm_ctx_free *ctx_free;
+    uint64_t attention_seen;
+    int wake_fd;                /* unbound datagram socket for wake-ups */
+    struct shm_peer *self;      /* this context as a peer (executing own queues) */
+    struct shm_peer *peers;
+    /* objects */
+    struct soft_wire_qp *qps;
+    struct shm_mr *mrs[SHM_MR_MAX]; /* by MR index: the truth of our keys */
+    uint32_t mr_gen;
+    uint8_t db_used[SHM_MAX_CQ];
+    struct soft_wire *next_wire; /* the process's shm wires (shm_mem.c) */
+    bool mem_attached;
+};
+
+struct soft_wire_cq {
+    struct soft_wire *w;
+    uint32_t db;                /* doorbell index in our context */
+    struct shm_doorbell *dbp;
+    int fd;
+};
+
+/* What events a queue pair has for the objects (progress reports them). */
+enum { SHM_EV_ERR = 1, SHM_EV_BROKEN = 2 };
+
+struct soft_wire_qp {
+    struct soft_wire *w;
+    struct soft_wire_qp *next;
+    void *cookie;
+    struct shm_qp_block *sh;
+    uint64_t sh_off;
+    size_t sh_bytes;
+    uint32_t qpn, qp_type, rq_cap, sq_cap;
+    struct soft_wire_qp_attr a; /* the truth (the block has copies for peers) */
+    struct soft_wire_cq *recv_cq, *send_cq;
+    uint64_t rq_prod, sq_tail;  /* what the objects posted */
+    uint64_t sq_reaped;         /* the sends the objects took */
+    uint64_t sq_stop;           /* in ERR: sends from here on are flushed */
+    bool stopped;               /* in ERR: nothing more executes */
+    uint8_t events;             /* SHM_EV_*, for the next progress */
+    struct shm_view self;       /* this QP as an executor sees it */
+    /* connected peer (RC/UC) */
+    struct shm_view peer;
+    uint64_t peer_checked_ns;
+    uint64_t lock_checked_ns;   /* last look for a dead holder of our SQ lock */
+    unsigned alive_tick;        /* look at the clock every 64th send */
+    unsigned rq_idle;           /* empty reaps since rq_cons was last checked */
+    uint64_t rq_stall_ns;       /* UD: when a taken receive stopped the reaping */
+};
+
+/* ---- functions across the files ---------------------------------------------- */
+
+/* Record what bad value was met (the text of a SOFT_VERR_CORRUPT). */
+void shm_corrupt(struct soft_wire *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A bad value broke this QP: say so (shm_corrupt), stop it, and report it
+ * to the objects at the next progress. */
+void shm_qp_broken(struct soft_wire_qp *q, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Stop a QP (ERR): nothing more executes; results from sq_stop on flush. */
+void shm_qp_stop(struct soft_wire_qp *q);
+
+/* shm_fabric.c */
+int shm_fabric_open(struct soft_wire *w, char *why, size_t len);
+void shm_fabric_close(struct soft_wire *w);
+void *shm_ctx_alloc(struct soft_wire *w, size_t size, uint64_t *off);
+void shm_ctx_release(struct soft_wire *w, uint64_t off, size_t size);
+int shm_slot_alloc(struct soft_wire *w, uint64_t qp_off, uint32_t qp_type, uint32_t *qpn,
+                   char *why, size_t len);
+void shm_slot_free(struct soft_wire *w, uint32_t qpn);
+
+/* shm_peer.c */
+int shm_peer_self(struct soft_wire *w);
+void shm_peers_close(struct soft_wire *w);
+/* Find the QP with this number anywhere on the fabric, map its context and
+ * check what a view rests on. 0; -ENOENT / -ESRCH when there is no such QP
+ * (now); -EBADMSG with the reason in why when its shared memory is corrupt. */
+int shm_view_lookup(struct soft_wire *w, uint32_t qpn, struct shm_view *v, char *why,
+                    size_t whylen);
+bool shm_peer_alive(struct shm_peer *peer);
+bool shm_peer_is_self(struct shm_peer *peer);
+/* Pointer to `off` inside the peer context (off < SHM_CTX_SIZE, checked by
+ * the caller). */
+void *shm_peer_at(struct shm_peer *peer, uint64_t off);
+/* Resolve [addr, addr+len) of the peer's MR `key` to a local pointer: 0,
+ * -EINVAL/-ENOENT/-ERANGE/-EACCES (a bad key or range), -EPERM (not
+ * shareable), -EBADMSG with why (the peer's table is corrupt). */
+int shm_peer_mem(struct soft_wire *w, struct shm_peer *peer, uint32_t key, uint64_t addr,
+                 uint64_t len, uint32_t need_access, void **out, char *why, size_t whylen);
+/* Wake the owner of doorbell dbi of the peer's context, if it is armed. */
+void shm_ring(struct soft_wire *w, struct shm_peer *peer, struct shm_doorbell *db, uint32_t dbi);
+/* The wake-up socket of doorbell dbi of context ctx_id of process pid, in
+ * our private directory (only this user can reach it): its address, or
+ * -ENAMETOOLONG when the directory's path leaves no room. */
+int shm_wake_addr(struct soft_wire *w, int32_t pid, uint64_t ctx_id, uint32_t dbi,
+                  struct sockaddr_un *a, socklen_t *len);
+
+/* shm_mem.c */
+int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint32_t access, uint32_t *key,
+               char *why, size_t whylen);
+void shm_mr_dereg(struct soft_wire *w, uint32_t key);
+/* Resolve an SGE of our own keys against our records. */
+int shm_local_mem(struct soft_wire *w, uint32_t lkey, uint64_t addr, uint64_t len,
+                  uint32_t need_access, void **out);
+/* Seal a memfd that peers map so it can never shrink under them. */
+int shm_memfd_seal(int fd);
+void shm_mem_attach(struct soft_wire *w);
+void shm_mem_detach(struct soft_wire *w);
+
+/* One send queue being run (shm_exec.c), and the message being delivered
+ * (shm_deliver.c). */
+struct shm_exec {
+    struct soft_wire *w;            /* the executing process's wire */
+    struct shm_view *sv;            /* whose send queue (local->self when ours) */
+    struct soft_wire_qp *local;     /* the owner's QP when the owner runs it */
+    struct soft_wire_qp *served;    /* our QP whose peer's queue we run */
+    struct shm_view *tv;            /* connected: where the sends go */
+    /* the sender's attributes, read once (the owner's records when local) */
+    uint8_t rnr_retry, port, dev_index;
+    uint64_t now;                   /* 0 until needed: the clock is not free */
+    uint64_t index;                 /* the send being run */
+    struct soft_result res;         /* and how it finished */
+    bool peer_bad;                  /* the connected peer's lookup found a bad value */
+    char why[TBRT_WHY_MAX];
+};
+
+/* No RNR timer is longer than this (IB spec table 45): a later retry time
+ * in a send slot is a bad value. */
+#define SHM_RNR_MAX_NS (655360ull * 1000)
+
+/* How delivering a send ended. DONE: finished (e->res says how; the queue
+ * goes on). FAILED: finished with an error that moves the QP to ERR. WAIT:
+ * try again later. SKIP: the owner must run it. BROKEN: the queue run for a
+ * peer is corrupt: stop. */
+enum { SHM_DONE, SHM_WAIT, SHM_FAILED, SHM_SKIP, SHM_BROKEN };
+
+/* shm_deliver.c: one send (slot is its place in shared memory, w its
+ * checked copy). */
+int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w);
+int shm_deliver_ud(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w);
+/* A bad value met while running a send (shm_exec.c). `in_target`: it was in
+ * the target's memory (the send fails; the target goes to ERR), else in the
+ * queue being run (the QP it belongs to, or we run it for, breaks). */
+int shm_exec_broken(struct shm_exec *e, bool in_target, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int shm_exec_fail(struct shm_exec *e, enum ibv_wc_status st, uint32_t verr);
+uint64_t shm_exec_now(struct shm_exec *e);
+/* Tell a QP's owner it went to ERR; the owner stops it on its next turn. */
+void shm_mark_err(struct shm_view *v);
+
+/* shm_exec.c: executing one send queue, as its owner or as the receiver
+ * the sender is connected to (on behalf of our QP `target`). */
+void shm_sq_run_own(struct soft_wire_qp *q);
+void shm_sq_run_peer(struct soft_wire_qp *target);
+/* Take a send queue's executor lock (stealing it from a dead holder). */
+bool shm_sq_lock(struct soft_wire *w, struct shm_qp_block *s, bool steal);
+void shm_sq_unlock(struct shm_qp_block *s);
+
+#endif

@@ -1,0 +1,481 @@
+/* shm_deliver.c - delivering one send over the shared-memory wire: the
+ * message semantics of the transport at both ends (wire.h says why they
+ * are the wire's).
+ *
+ * Running a send takes the target's oldest posted receive (CAS on its
+ * rq_cons), copies the message straight into the receive's buffers (the one
+ * copy of a transfer), then leaves a result in the receive's slot; the
+ * send's own result is written by shm_exec.c.
+ *
+ * When the target cannot take the message, the personality decides:
+ *   apple-uc   credit flow control: the send waits for a posted receive.
+ *              A peer that vanished is never reported (the frame just goes).
+ *   linux-rc   RC: no receive -> RNR NAK, retried after the responder's
+ *              min_rnr_timer, rnr_retry times (7 = forever), then
+ *              IBV_WC_RNR_RETRY_EXC_ERR. No answer at all (peer gone, not in
+ *              RTR/RTS) -> IBV_WC_RETRY_EXC_ERR after timeout x (retry_cnt+1).
+ *              UC/UD: dropped when there is nowhere to put it.
+ * Only the owner handles what needs the sender's view (UD, a vanished peer,
+ * memory the receiver cannot map); the receiver leaves those alone.
+ *
+ * Faults: a UC or UD message the faults say to drop vanishes here, before
+ * it reaches a receive (its send completes as sent). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "soft/wire/shm/shm.h"
+#include "util/util.h"
+
+/* IB spec table 45: RNR NAK timer field -> microseconds. */
+static const uint32_t rnr_us[32] = {
+    655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+    2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880,
+    163840, 245760, 327680, 491520,
+};
+
+/* How often a sender re-checks that its peer's process is alive. */
+#define PEER_CHECK_NS 1000000ull
+
+/* Who owns the memory a text is about. */
+static void owner_text(const struct shm_view *v, char *out, size_t len)
+{
+    if (shm_peer_is_self(v->peer))
+        snprintf(out, len, "QP 0x%x (ours)", v->qpn);
+    else
+        snprintf(out, len, "peer QP 0x%x (pid %d)", v->qpn, (int)v->pid);
+}
+
+/* Pointers to the sender's data, one per SGE (inline data is one piece). */
+static int gather(struct shm_exec *e, struct shm_swr *slot, const struct shm_swr *w, void **ptr,
+                  uint32_t need)
+{
+    if (w->send_flags & IBV_SEND_INLINE) {
+        ptr[0] = slot->inl;     /* the bytes, not a length: fine to read in place */
+        return 0;
+    }
+    for (uint32_t i = 0; i < w->num_sge; i++) {
+        const struct ibv_sge *g = &w->sge[i];
+        int rc = shm_peer_mem(e->w, e->sv->peer, g->lkey, g->addr, g->length, need, &ptr[i],
+                               e->why, sizeof e->why);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Copy the message of w into the receive r of the target. */
+static int scatter(struct shm_exec *e, const struct shm_swr *w, void **src, const struct shm_rqe *r,
+                   uint64_t skip, uint32_t *verr)
+{
+    uint32_t si = 0;
+    uint64_t soff = 0, left = w->total;
+    bool inl = w->send_flags & IBV_SEND_INLINE;
+    for (uint32_t k = 0; k < r->num_sge && left; k++) {
+        const struct ibv_sge *d = &r->sge[k];
+        uint64_t daddr = d->addr, dlen = d->length;
+        if (skip >= dlen) {
+            skip -= dlen;
+            continue;
+        }
+        daddr += skip;
+        dlen -= skip;
+        skip = 0;
+        uint64_t take = TBRT_MIN(dlen, left);
+        void *dst;
+        int rc = shm_peer_mem(e->w, e->tv->peer, d->lkey, daddr, take, IBV_ACCESS_LOCAL_WRITE,
+                               &dst, e->why, sizeof e->why);
+        if (rc) {
+            *verr = rc == -EBADMSG ? SOFT_VERR_CORRUPT
+                    : rc == -EPERM ? SOFT_VERR_NOT_SHARED
+                                   : SOFT_VERR_LKEY;
+            return rc;
+        }
+        uint64_t doff = 0;
+        while (doff < take) {
+            /* sums were checked: si stays inside the gather list */
+            uint64_t avail = inl ? w->total - soff : w->sge[si].length - soff;
+            uint64_t n = TBRT_MIN(avail, take - doff);
+            memcpy((char *)dst + doff, (char *)src[inl ? 0 : si] + soff, n);
+            doff += n;
+            soff += n;
+            if (!inl && soff == w->sge[si].length) {
+                si++;
+                soff = 0;
+            }
+        }
+        left -= take;
+    }
+    return 0;
+}
+
+/* Owner side: the connected peer, if reachable and ready to receive. */
+static struct shm_view *connected_peer(struct soft_wire_qp *q, struct shm_exec *e)
+{
+    if (!q->peer.peer) {
+        uint64_t now = shm_exec_now(e);
+        if (q->peer_checked_ns && now - q->peer_checked_ns < PEER_CHECK_NS)
+            return NULL;        /* looked a moment ago */
+        q->peer_checked_ns = now;
+        int rc = shm_view_lookup(q->w, q->a.dest_qpn, &q->peer, e->why, sizeof e->why);
+        if (rc) {
+            q->peer.peer = NULL;
+            e->peer_bad = rc == -EBADMSG;
+            return NULL;
+        }
+    }
+    struct shm_view *v = &q->peer;
+    uint32_t st = atomic_load_explicit(&v->sh->state, memory_order_acquire);
+    if (v->sh->qpn != q->a.dest_qpn || (st != IBV_QPS_RTR && st != IBV_QPS_RTS) ||
+        atomic_load_explicit(&v->sh->remote_err, memory_order_relaxed)) {
+        q->peer.peer = NULL;    /* look it up again later */
+        return NULL;
+    }
+    /* is its process still there? a look at the clock every 64 sends, at
+     * the process every millisecond */
+    if ((++q->alive_tick & 63) == 0 && shm_exec_now(e) - q->peer_checked_ns > PEER_CHECK_NS) {
+        q->peer_checked_ns = shm_exec_now(e);
+        if (!shm_peer_alive(v->peer)) {
+            q->peer.peer = NULL;
+            return NULL;
+        }
+    }
+    return v;
+}
+
+/* Both ends' ports up? A pulled cable loses frames like a dead peer. */
+static bool path_up(struct shm_exec *e)
+{
+    /* the target's port and device, read once (bounded by port_state_of) */
+    uint8_t tport = e->tv->sh->port, tdev = e->tv->sh->dev_index;
+    struct soft_faults *f = e->w->cfg.faults;
+    return soft_faults_port_state(f, e->dev_index, e->port ? e->port : 1) == IBV_PORT_ACTIVE &&
+           soft_faults_port_state(f, tdev, tport ? tport : 1) == IBV_PORT_ACTIVE;
+}
+
+/* Nobody answers. UC drops; RC waits for an ACK until the retry budget is
+ * spent (IB spec: local ACK timeout = 4.096 us x 2^timeout per try). Owner
+ * only: its own records give timeout and retry_cnt. */
+static int no_peer(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
+{
+    struct soft_wire_qp *q = e->local;
+    if (q->qp_type != IBV_QPT_RC)
+        return SHM_DONE;
+    if (!w->first_try_ns)
+        slot->first_try_ns = w->first_try_ns = shm_exec_now(e);
+    if (q->a.timeout == 0)
+        return SHM_WAIT;            /* timeout 0: wait forever */
+    uint64_t limit = 4096ull * (1ull << q->a.timeout) * (q->a.retry_cnt + 1u);
+    if (shm_exec_now(e) - w->first_try_ns >= limit)
+        return shm_exec_fail(e, IBV_WC_RETRY_EXC_ERR,
+                         e->tv && !path_up(e) ? SOFT_VERR_PORT_DOWN : SOFT_VERR_PEER_GONE);
+    return SHM_WAIT;
+}
+
+/* The target has no receive posted. */
+static int no_receive(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
+{
+    if (e->w->cfg.credit_flow)
+        return SHM_WAIT;            /* the target's next post_recv runs it */
+    if (e->sv->qp_type != IBV_QPT_RC)
+        return SHM_DONE;            /* UC without a receive: the message is dropped */
+    if (w->next_try_ns) {
+        slot->rnr_count = ++w->rnr_count;
+        if (e->rnr_retry != 7 && w->rnr_count > e->rnr_retry)
+            return shm_exec_fail(e, IBV_WC_RNR_RETRY_EXC_ERR, SOFT_VERR_RNR);
+    }
+    uint8_t timer = e->tv->sh->min_rnr_timer;
+    slot->next_try_ns = w->next_try_ns = shm_exec_now(e) + rnr_us[timer & 31] * 1000ull;
+    return SHM_WAIT;
+}
+
+/* Leave a result in receive c of the target (if the target did not take
+ * it back meanwhile) and wake the target's CQ if it waits. */
+static void recv_done(struct shm_exec *e, uint64_t c, const struct soft_result *r)
+{
+    struct shm_rqe *slot = &e->tv->rq[c % e->tv->rq_cap];
+    uint64_t want = c + 1;
+    if (!atomic_compare_exchange_strong_explicit(&slot->seq, &want, (c + 1) | SHM_RQE_WRITING,
+                                                 memory_order_acquire, memory_order_relaxed))
+        return;                 /* flushed or reset: the result has no one to go to */
+    memcpy(&slot->res, r, sizeof *r);
+    slot->res.stamp = soft_stamp();
+    atomic_store_explicit(&slot->seq, (c + 1) | SHM_RQE_DONE, memory_order_release);
+    shm_ring(e->w, e->tv->peer, e->tv->recv_db, e->tv->recv_dbi);
+}
+
+static void recv_err(struct shm_exec *e, uint64_t c, enum ibv_wc_status st, uint32_t verr)
+{
+    struct soft_result r = {.status = (uint8_t)st, .opcode = IBV_WC_RECV, .vendor_err = verr,
+                            .src_qp = e->sv->qpn};
+    recv_done(e, c, &r);
+}
+
+/* Is a receive posted at the target? If not, ask the target to run us
+ * when it posts one (then look once more: its post may have come just
+ * before it could see the ask; pairs with the fence in post_recv). */
+static bool receive_waiting(struct shm_exec *e)
+{
+    struct shm_view *t = e->tv;
+    for (int asked = 0; asked < 2; asked++) {
+        uint64_t k = atomic_load_explicit(&t->sh->rq_cons, memory_order_acquire);
+        if (shm_rq_posted(t->rq, t->rq_cap, k))
+            return true;
+        atomic_store(&t->sh->help_wanted, 1);
+        atomic_thread_fence(memory_order_seq_cst);
+    }
+    return false;
+}
+
+/* Take the target's oldest posted receive: its index in *c, its copy in
+ * *r. Returns SHM_DONE, SHM_WAIT/SHM_DONE (none: the caller's policy) via *none, or a
+ * bad value. */
+static int take_receive(struct shm_exec *e, struct shm_rqe *r, uint64_t *c, bool ask, bool *none)
+{
+    struct shm_view *t = e->tv;
+    bool asked = false;
+    *none = false;
+    for (;;) {
+        uint64_t k = atomic_load_explicit(&t->sh->rq_cons, memory_order_acquire);
+        if (!shm_rq_posted(t->rq, t->rq_cap, k)) {
+            if (asked || !ask) {
+                *none = true;
+                return SHM_DONE;
+            }
+            /* ask the target to run us when it posts (also when the target
+             * itself is running us: its next post must try again); then
+             * look once more, as its post may have come just before it
+             * could see the ask (pairs with the fence in shm_wire.c's post_recv) */
+            atomic_store(&t->sh->help_wanted, 1);
+            atomic_thread_fence(memory_order_seq_cst);
+            asked = true;
+            continue;
+        }
+        bool sane = shm_rqe_copy(r, &t->rq[k % t->rq_cap]);
+        if (!atomic_compare_exchange_weak_explicit(&t->sh->rq_cons, &k, k + 1,
+                                                   memory_order_acq_rel, memory_order_relaxed))
+            continue;
+        *c = k;
+        /* the next message will want the next receive: start fetching its
+         * line (the owner wrote it) now, off the next message's path */
+        __builtin_prefetch(&t->rq[(k + 1) % t->rq_cap], 0, 3);
+        uint64_t sum = 0;
+        for (uint32_t i = 0; sane && i < r->num_sge; i++)
+            sum += r->sge[i].length;
+        if (TBRT_UNLIKELY(!sane || sum != r->total)) {
+            char who[64], what[96];
+            owner_text(t, who, sizeof who);
+            if (!sane)
+                snprintf(what, sizeof what, "num_sge %u > %d", r->num_sge, SOFT_MAX_SGE);
+            else
+                snprintf(what, sizeof what, "total %llu != the %llu bytes of its scatter list",
+                         (unsigned long long)r->total, (unsigned long long)sum);
+            recv_err(e, k, IBV_WC_LOC_QP_OP_ERR, SOFT_VERR_CORRUPT);
+            return shm_exec_broken(e, true, "%s: receive slot %u: %s (its shared memory is "
+                                   "corrupt)", who, (unsigned)(k % t->rq_cap), what);
+        }
+        return SHM_DONE;
+    }
+}
+
+int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
+{
+    uint32_t op = w->opcode;
+    void *src[SOFT_MAX_SGE];
+    uint32_t need = op == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0;
+    int grc = gather(e, slot, w, src, need);
+    if (grc == -EBADMSG)
+        return shm_exec_broken(e, false, "%s", e->why);
+    if (grc) {
+        if (!e->local)
+            return SHM_SKIP;        /* the owner reports it */
+        return shm_exec_fail(e, IBV_WC_LOC_PROT_ERR, SOFT_VERR_LKEY);
+    }
+    if (e->local) {
+        e->tv = connected_peer(e->local, e);
+        if (!e->tv) {
+            if (e->peer_bad)
+                return shm_exec_broken(e, true, "%s", e->why);
+            return no_peer(e, slot, w);
+        }
+    }
+    if (!path_up(e))
+        return e->local ? no_peer(e, slot, w) : SHM_SKIP;
+    if (w->next_try_ns && shm_exec_now(e) < w->next_try_ns) {
+        /* an RNR NAK's timer is running: the target's next turn may retry */
+        atomic_store(&e->tv->sh->help_wanted, 1);
+        return SHM_WAIT;
+    }
+    bool rc = e->sv->qp_type == IBV_QPT_RC;
+    struct soft_fault_unit unit = {.qp_type = e->sv->qp_type, .index = e->index};
+    if (soft_faults_drop(e->w->cfg.faults, &unit)) {
+        /* lost on the way; with credit flow only once a receive waits for
+         * it (the frame used a credit) */
+        if (e->w->cfg.credit_flow && !receive_waiting(e))
+            return SHM_WAIT;
+        return SHM_DONE;
+    }
+
+    if (op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ) {
+        uint32_t acc = op == IBV_WR_RDMA_READ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+        void *remote = NULL;
+        int mrc = w->total ? shm_peer_mem(e->w, e->tv->peer, w->rkey, w->remote_addr, w->total,
+                                           acc, &remote, e->why, sizeof e->why)
+                           : 0;
+        if (mrc == -EBADMSG)
+            return shm_exec_broken(e, true, "%s", e->why);
+        if (mrc) {
+            if (!rc)
+                return SHM_DONE;    /* UC: a bad rkey drops the message */
+            shm_mark_err(e->tv);
+            return shm_exec_fail(e, IBV_WC_REM_ACCESS_ERR, SOFT_VERR_RKEY);
+        }
+        uint64_t off = 0;
+        bool inl = w->send_flags & IBV_SEND_INLINE;
+        for (uint32_t i = 0; i < (inl ? 1 : w->num_sge); i++) {
+            uint64_t n = inl ? w->total : w->sge[i].length;
+            if (op == IBV_WR_RDMA_READ)
+                memcpy(src[i], (char *)remote + off, n);
+            else
+                memcpy((char *)remote + off, src[i], n);
+            off += n;
+        }
+        if (op != IBV_WR_RDMA_WRITE_WITH_IMM)
+            return SHM_DONE;
+    }
+
+    /* SEND, SEND_WITH_IMM, WRITE_WITH_IMM: consume the target's oldest receive */
+    struct shm_rqe r;
+    uint64_t c;
+    bool none;
+    int trc = take_receive(e, &r, &c, true, &none);
+    if (trc != SHM_DONE)
+        return trc;
+    if (none)
+        return no_receive(e, slot, w);
+    if (op != IBV_WR_RDMA_WRITE_WITH_IMM) {
+        if (e->w->cfg.frames_must_match && soft_frames(r.total) != soft_frames(w->total)) {
+            /* TN3205: a SEND and its RECV must cover the same frames; the
+             * receive fails, the sender (UC) never knows */
+            recv_err(e, c, IBV_WC_LOC_LEN_ERR, SOFT_VERR_FRAMES);
+            return SHM_DONE;
+        }
+        if (r.total < w->total) {
+            recv_err(e, c, IBV_WC_LOC_LEN_ERR, SOFT_VERR_RECV_SHORT);
+            if (!rc)
+                return SHM_DONE;
+            shm_mark_err(e->tv);
+            return shm_exec_fail(e, IBV_WC_REM_INV_REQ_ERR, SOFT_VERR_REMOTE);
+        }
+        uint32_t verr = 0;
+        int src_rc = scatter(e, w, src, &r, 0, &verr);
+        if (src_rc == -EBADMSG) {
+            recv_err(e, c, IBV_WC_LOC_QP_OP_ERR, SOFT_VERR_CORRUPT);
+            return shm_exec_broken(e, true, "%s", e->why);
+        }
+        if (src_rc) {
+            recv_err(e, c, IBV_WC_LOC_PROT_ERR, verr);
+            if (!rc)
+                return SHM_DONE;
+            shm_mark_err(e->tv);
+            return shm_exec_fail(e, IBV_WC_REM_OP_ERR, SOFT_VERR_REMOTE);
+        }
+    }
+    bool imm = op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+    struct soft_result res = {
+        .status = IBV_WC_SUCCESS,
+        .opcode = op == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV,
+        .byte_len = (uint32_t)w->total, .src_qp = e->sv->qpn,
+        .wc_flags = imm ? IBV_WC_WITH_IMM : 0, .imm = imm ? w->imm_data : 0,
+    };
+    recv_done(e, c, &res);
+    return SHM_DONE;
+}
+
+/* UD: unreliable datagrams, one MTU at most, a 40-byte GRH in front. Run by
+ * the owner only (the target is a different QP per send). */
+int shm_deliver_ud(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
+{
+    struct soft_wire *sw = e->w;
+    struct soft_wire_qp *q = e->local;
+    if (!q)
+        return SHM_SKIP;
+    void *src[SOFT_MAX_SGE];
+    if (gather(e, slot, w, src, 0))
+        return shm_exec_fail(e, IBV_WC_LOC_PROT_ERR, SOFT_VERR_LKEY);
+    if (w->total > (128u << q->a.mtu))
+        return shm_exec_fail(e, IBV_WC_LOC_LEN_ERR, SOFT_VERR_MSG_SIZE);
+    struct soft_fault_unit unit = {.qp_type = IBV_QPT_UD, .index = e->index};
+    if (soft_faults_drop(sw->cfg.faults, &unit))
+        return SHM_DONE;        /* lost on the way */
+    if (!(w->flags & SOFT_SEND_DGID_LOCAL))
+        return SHM_DONE;            /* not reachable over this wire: lost */
+    struct shm_view v;
+    int lrc = shm_view_lookup(sw, w->remote_qpn, &v, e->why, sizeof e->why);
+    if (lrc == -EBADMSG) {
+        /* one bad target does not break a datagram QP: this send fails */
+        shm_corrupt(sw, "QP 0x%x: %s", q->qpn, e->why);
+        e->res.status = IBV_WC_REM_OP_ERR;
+        e->res.vendor_err = SOFT_VERR_CORRUPT;
+        return SHM_DONE;
+    }
+    if (lrc)
+        return SHM_DONE;
+    uint32_t st = atomic_load(&v.sh->state);
+    if (v.qp_type != IBV_QPT_UD || (st != IBV_QPS_RTR && st != IBV_QPS_RTS))
+        return SHM_DONE;
+    uint32_t qkey = (w->remote_qkey & 0x80000000u) ? q->a.qkey : w->remote_qkey;
+    if (qkey != v.sh->qkey)
+        return SHM_DONE;            /* qkey violation: dropped, as on the wire */
+    e->tv = &v;
+    struct shm_rqe r;
+    uint64_t c;
+    bool none;
+    int trc = take_receive(e, &r, &c, false, &none);
+    if (trc == SHM_FAILED) {        /* its receive was bad: this send fails, the QP lives */
+        e->tv = NULL;
+        return SHM_DONE;
+    }
+    if (none) {
+        e->tv = NULL;
+        return SHM_DONE;            /* no receive: dropped */
+    }
+    enum { GRH = 40 };
+    if (r.total < GRH + w->total) {
+        recv_err(e, c, IBV_WC_LOC_LEN_ERR, SOFT_VERR_RECV_SHORT);
+        e->tv = NULL;
+        return SHM_DONE;
+    }
+    /* the GRH: version 6, payload length, next header, hop limit, GIDs */
+    struct shm_swr hdr = {.total = GRH, .send_flags = IBV_SEND_INLINE, .num_sge = 1};
+    uint8_t grh[GRH] = {0x60};
+    grh[4] = (uint8_t)(w->total >> 8);
+    grh[5] = (uint8_t)w->total;
+    grh[6] = 0x1b;
+    grh[7] = 64;
+    memcpy(grh + 8, w->sgid, 16);
+    memcpy(grh + 24, w->dgid, 16);
+    void *hp[1] = {grh};
+    uint32_t verr = 0;
+    int src_rc = scatter(e, &hdr, hp, &r, 0, &verr);
+    if (src_rc == 0 && w->total)
+        src_rc = scatter(e, w, src, &r, GRH, &verr);
+    if (src_rc == 0) {
+        bool imm = w->opcode == IBV_WR_SEND_WITH_IMM;
+        struct soft_result res = {.status = IBV_WC_SUCCESS, .opcode = IBV_WC_RECV,
+                                  .byte_len = (uint32_t)(GRH + w->total), .src_qp = q->qpn,
+                                  .wc_flags = IBV_WC_GRH | (imm ? IBV_WC_WITH_IMM : 0),
+                                  .imm = imm ? w->imm_data : 0};
+        recv_done(e, c, &res);
+    } else {
+        recv_err(e, c, src_rc == -EBADMSG ? IBV_WC_LOC_QP_OP_ERR : IBV_WC_LOC_PROT_ERR, verr);
+        if (src_rc == -EBADMSG) {
+            shm_corrupt(sw, "QP 0x%x: %s", q->qpn, e->why);
+            e->res.status = IBV_WC_REM_OP_ERR;
+            e->res.vendor_err = SOFT_VERR_CORRUPT;
+        }
+    }
+    e->tv = NULL;
+    return SHM_DONE;
+}
+

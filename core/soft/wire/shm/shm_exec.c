@@ -1,0 +1,237 @@
+/* shm_exec.c - executing a send queue of the shared-memory wire: the "DMA
+ * engine".
+ *
+ * A send queue is run by whichever process gets its lock: its owner (the
+ * sender) or, for a connected queue pair, the process of the receiving QP
+ * (when a send waits for the receive it just posted). Each send is copied
+ * out of its slot once and checked (shm.h says why), delivered
+ * (shm_deliver.c), and its result written into the slot before the queue's
+ * head passes it: the owner reaps what the head passed. A bad value in the
+ * target's memory fails the send (IBV_WC_REM_OP_ERR) and the target's
+ * receive; a bad value in the queue being run breaks the queue pair it was
+ * met for. */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "soft/wire/shm/shm.h"
+#include "util/util.h"
+
+uint64_t shm_exec_now(struct shm_exec *e)
+{
+    if (!e->now)
+        e->now = now_ns();
+    return e->now;
+}
+
+int shm_exec_fail(struct shm_exec *e, enum ibv_wc_status st, uint32_t verr)
+{
+    e->res.status = (uint8_t)st;
+    e->res.vendor_err = verr;
+    return SHM_FAILED;
+}
+
+void shm_mark_err(struct shm_view *v)
+{
+    atomic_store(&v->sh->remote_err, 1);
+    struct shm_ctx_hdr *h = shm_peer_at(v->peer, 0);
+    atomic_fetch_add_explicit(&h->attention, 1, memory_order_release);
+}
+
+int shm_exec_broken(struct shm_exec *e, bool in_target, const char *fmt, ...)
+{
+    char why[TBRT_WHY_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    if (e->local) {
+        shm_corrupt(e->w, "QP 0x%x: %s", e->sv->qpn, why);
+        if (in_target && e->tv)
+            shm_mark_err(e->tv);
+        return shm_exec_fail(e, in_target ? IBV_WC_REM_OP_ERR : IBV_WC_LOC_QP_OP_ERR,
+                             SOFT_VERR_CORRUPT);
+    }
+    /* we run a peer's queue for e->served: whichever side is bad, that
+     * connection is over */
+    shm_qp_broken(e->served, "running the sends of peer QP 0x%x (pid %d): %s", e->sv->qpn,
+                  (int)e->sv->pid, why);
+    shm_mark_err(e->sv);
+    return SHM_BROKEN;
+}
+
+/* Copy a send slot and check it: fills *w, or returns why it is bad (in t). */
+static const char *swr_fetch(struct shm_exec *e, const struct shm_swr *slot, struct shm_swr *w,
+                             char *t, size_t tlen)
+{
+    memcpy(w, slot, offsetof(struct shm_swr, inl));
+    uint32_t op = w->opcode, type = e->sv->qp_type;
+    bool ok_op = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM ||
+                 ((op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM) &&
+                  type != IBV_QPT_UD) ||
+                 (op == IBV_WR_RDMA_READ && type == IBV_QPT_RC);
+    if (!ok_op) {
+        snprintf(t, tlen, "opcode %u is not a send of a %s QP", op,
+                 type == IBV_QPT_RC ? "RC" : type == IBV_QPT_UC ? "UC" : "UD");
+        return t;
+    }
+    if (w->send_flags & IBV_SEND_INLINE) {
+        if (w->total > SOFT_MAX_INLINE) {
+            snprintf(t, tlen, "inline total %llu > %d", (unsigned long long)w->total,
+                     SOFT_MAX_INLINE);
+            return t;
+        }
+    } else {
+        if (w->num_sge > SOFT_MAX_SGE) {
+            snprintf(t, tlen, "num_sge %u > %d", w->num_sge, SOFT_MAX_SGE);
+            return t;
+        }
+        uint64_t sum = 0;
+        for (uint32_t i = 0; i < w->num_sge; i++)
+            sum += w->sge[i].length;
+        if (sum != w->total) {
+            snprintf(t, tlen, "total %llu != the %llu bytes of its gather list",
+                     (unsigned long long)w->total, (unsigned long long)sum);
+            return t;
+        }
+    }
+    if ((w->next_try_ns && w->next_try_ns > shm_exec_now(e) + SHM_RNR_MAX_NS) ||
+        (w->first_try_ns && w->first_try_ns > shm_exec_now(e))) {
+        snprintf(t, tlen, "next_try_ns %llu / first_try_ns %llu lie beyond any timer (now %llu)",
+                 (unsigned long long)w->next_try_ns, (unsigned long long)w->first_try_ns,
+                 (unsigned long long)shm_exec_now(e));
+        return t;
+    }
+    return NULL;
+}
+
+bool shm_sq_lock(struct soft_wire *w, struct shm_qp_block *s, bool steal)
+{
+    int32_t cur = 0;
+    if (atomic_compare_exchange_strong(&s->sq_lock, &cur, w->pid))
+        return true;
+    /* a holder that died keeps it forever: take it back (a syscall, so only
+     * where the caller can afford one) */
+    if (steal && cur != w->pid && (cur <= 0 || (kill(cur, 0) != 0 && errno == ESRCH)))
+        return atomic_compare_exchange_strong(&s->sq_lock, &cur, w->pid);
+    return false;
+}
+
+void shm_sq_unlock(struct shm_qp_block *s)
+{
+    atomic_store_explicit(&s->sq_lock, 0, memory_order_release);
+}
+
+/* The owner takes its own queue's lock back from a holder that cannot hold
+ * it: a dead process, or one that is neither us nor our connected peer
+ * (a bad value: no one else may run our queue). Checked once a millisecond. */
+static bool own_lock(struct soft_wire_qp *q)
+{
+    struct soft_wire *w = q->w;
+    if (shm_sq_lock(w, q->sh, false))
+        return true;
+    uint64_t now = now_ns();
+    if (now - q->lock_checked_ns < 1000000ull)
+        return false;
+    q->lock_checked_ns = now;
+    if (shm_sq_lock(w, q->sh, true))
+        return true;
+    /* alive: it must be the process of the QP we are connected to */
+    char why[TBRT_WHY_MAX];
+    if (!q->peer.peer && q->a.dest_qpn && q->qp_type != IBV_QPT_UD &&
+        shm_view_lookup(w, q->a.dest_qpn, &q->peer, why, sizeof why))
+        q->peer.peer = NULL;
+    int32_t cur = atomic_load(&q->sh->sq_lock);
+    if (cur == w->pid || (q->peer.peer && cur == q->peer.pid))
+        return false;           /* a legitimate executor, busy */
+    return atomic_compare_exchange_strong(&q->sh->sq_lock, &cur, w->pid);
+}
+
+/* Run slots [head, tail) of the queue e->sv, at most one lap. */
+static void run(struct shm_exec *e, uint64_t tail)
+{
+    struct shm_view *sv = e->sv;
+    struct shm_qp_block *sh = sv->sh;
+    int r = SHM_DONE;
+    uint64_t h = atomic_load_explicit(&sh->sq_head, memory_order_relaxed);
+    if (tail - h > sv->sq_cap) {
+        shm_sq_unlock(sh);
+        if (e->local)
+            shm_qp_broken(e->local, "sq_head %llu is outside the %llu..%llu it may be (our "
+                          "shared block is corrupt)", (unsigned long long)h,
+                          (unsigned long long)(tail > sv->sq_cap ? tail - sv->sq_cap : 0),
+                          (unsigned long long)tail);
+        else
+            shm_exec_broken(e, false, "sq_tail %llu is more than sq_cap %u past sq_head %llu "
+                            "(its shared memory is corrupt)", (unsigned long long)tail,
+                            sv->sq_cap, (unsigned long long)h);
+        return;
+    }
+    while (h != tail && (e->local ? !e->local->stopped && e->local->a.state == IBV_QPS_RTS
+                                  : atomic_load_explicit(&sh->state, memory_order_relaxed) ==
+                                        IBV_QPS_RTS)) {
+        e->index = h;
+        uint32_t si = (uint32_t)(h % sv->sq_cap);
+        struct shm_swr *slot = &sv->sq[si];
+        struct shm_swr w;
+        e->res = (struct soft_result){.status = IBV_WC_SUCCESS};
+        char t[160];
+        const char *bad = swr_fetch(e, slot, &w, t, sizeof t);
+        if (bad)
+            r = shm_exec_broken(e, false, "send slot %u: %s (%s)", si, bad,
+                                e->local ? "our shared block is corrupt"
+                                         : "its shared memory is corrupt");
+        else
+            r = sv->qp_type == IBV_QPT_UD ? shm_deliver_ud(e, slot, &w)
+                                          : shm_deliver_connected(e, slot, &w);
+        if (r == SHM_WAIT || r == SHM_SKIP || r == SHM_BROKEN)
+            break;
+        /* the result, then the head: the owner reaps what the head passed */
+        e->res.stamp = soft_stamp();
+        memcpy(&slot->res, &e->res, sizeof e->res);
+        atomic_store_explicit(&sh->sq_head, ++h, memory_order_release);
+        if (!e->local)
+            shm_ring(e->w, sv->peer, sv->send_db, sv->send_dbi);
+        if (r == SHM_FAILED)
+            break;
+    }
+    shm_sq_unlock(sh);
+    if (r == SHM_FAILED) {
+        if (e->local) {
+            shm_qp_stop(e->local);
+            e->local->events |= SHM_EV_ERR;
+        } else {
+            shm_mark_err(sv);
+        }
+    }
+}
+
+void shm_sq_run_own(struct soft_wire_qp *q)
+{
+    if (atomic_load_explicit(&q->sh->sq_head, memory_order_relaxed) == q->sq_tail || q->stopped)
+        return;
+    if (!own_lock(q))
+        return;                 /* the other end is running it */
+    struct shm_exec e = {.w = q->w, .sv = &q->self, .local = q, .rnr_retry = q->a.rnr_retry,
+                         .port = q->a.port, .dev_index = (uint8_t)q->w->cfg.dev_index};
+    run(&e, q->sq_tail);
+    /* our own results: a waiting CQ hears of them as of a peer's */
+    shm_ring(q->w, q->w->self, q->self.send_db, q->self.send_dbi);
+}
+
+void shm_sq_run_peer(struct soft_wire_qp *target)
+{
+    struct shm_view *sv = &target->peer;
+    struct shm_qp_block *sh = sv->sh;
+    uint64_t tail = atomic_load_explicit(&sh->sq_tail, memory_order_acquire);
+    if (atomic_load_explicit(&sh->sq_head, memory_order_relaxed) == tail ||
+        !shm_sq_lock(target->w, sh, false))
+        return;
+    struct shm_exec e = {.w = target->w, .sv = sv, .served = target, .tv = &target->self,
+                         .rnr_retry = sh->rnr_retry & 7, .port = sh->port,
+                         .dev_index = sh->dev_index};
+    run(&e, tail);
+}

@@ -1,0 +1,361 @@
+/* shm_mem.c - registered memory of the shared-memory wire.
+ *
+ * A peer process must be able to copy into registered memory (a posted
+ * receive, an RDMA WRITE target) without the owner's help, as a NIC's DMA
+ * would. So registering memory that may be written remotely swaps its pages
+ * for a memfd mapping with the same contents at the same address ("a
+ * backing"); the MR table entry names the memfd, and peers map it through
+ * /proc/<pid>/fd. Deregistering the last MR on a backing swaps private
+ * anonymous pages back in, contents kept.
+ *
+ * Only private, writable, anonymous memory (heap, mmap, stack) can be swapped.
+ * Anything else (a file mapping, read-only data) is registered local-only:
+ * it can be the source of a send, but a peer writing into it gets an error
+ * completion that says why. Two registrations that share pages share one
+ * backing (merged when they overlap partly), whichever soft devices of the
+ * process made them: pages belong to the process, so backings do too (one
+ * list, under one lock). A forked child would share the swapped pages with
+ * its parent; exec is fine.
+ *
+ * The memfds are sealed against shrinking, so a peer that mapped one can
+ * trust the size it saw (shm_peer.c). Our own keys are checked against
+ * w->mrs (process memory), never against the shared table: that is for
+ * peers to read, and anyone could have written it. Keys are
+ * index << 8 | generation (the mlx5 model relies on it: its mkey is the
+ * key). The personality's rules on registration are the objects'
+ * (core/soft/soft_mr.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#include "soft/wire/shm/shm.h"
+#include "util/util.h"
+
+struct shm_backing {
+    struct shm_backing *next;
+    uintptr_t start, end;       /* page aligned */
+    int memfd;
+    int refs;
+};
+
+/* One of our registrations: what our own keys are checked against. */
+struct shm_mr {
+    uint32_t key;
+    uint32_t access;
+    uint64_t addr, len;
+    bool shared;                /* holds a reference on the backing of its pages */
+};
+
+/* The process's backings and its open shm wires (whose MR entries move
+ * when backings merge), under mem_lock. */
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shm_backing *backings;
+static struct soft_wire *wires;
+
+static uintptr_t page_size(void)
+{
+    static uintptr_t ps;
+    if (!ps)
+        ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+    return ps;
+}
+
+/* Is [s, e) all private, writable, anonymous memory? */
+static bool swappable(uintptr_t s, uintptr_t e)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return false;
+    char line[512];
+    uintptr_t covered = s;
+    bool ok = true;
+    while (ok && covered < e && fgets(line, sizeof line, f)) {
+        uintptr_t a, b;
+        char perms[8] = "";
+        unsigned long long off;
+        unsigned dmaj, dmin;
+        unsigned long ino;
+        int name_at = 0;
+        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s %llx %x:%x %lu %n", &a, &b, perms, &off,
+                   &dmaj, &dmin, &ino, &name_at) < 7)
+            continue;
+        if (b <= covered || a >= e)
+            continue;
+        if (a > covered) {
+            ok = false;         /* a hole */
+            break;
+        }
+        const char *name = name_at ? line + name_at : "";
+        bool anon = ino == 0 && (name[0] == '\n' || name[0] == 0 || name[0] == '[');
+        if (strncmp(perms, "rw-p", 4) != 0 || !anon)
+            ok = false;
+        covered = b;
+    }
+    fclose(f);
+    return ok && covered >= e;
+}
+
+int shm_memfd_seal(int fd)
+{
+    return fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+}
+
+/* Give [s, e) a new memfd backing with its current contents. */
+static int swap_in(uintptr_t s, uintptr_t e, int *memfd_out)
+{
+    size_t len = e - s;
+    int fd = memfd_create("tbrt-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return -errno;
+    if (ftruncate(fd, (off_t)len) != 0 || shm_memfd_seal(fd) != 0)
+        goto fail;
+    void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (tmp == MAP_FAILED)
+        goto fail;
+    memcpy(tmp, (void *)s, len);
+    void *p = mmap((void *)s, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    int e2 = errno;
+    munmap(tmp, len);
+    if (p == MAP_FAILED) {
+        errno = e2;
+        goto fail;
+    }
+    *memfd_out = fd;
+    return 0;
+fail:;
+    int err = errno;
+    close(fd);
+    return -err;
+}
+
+/* Put private anonymous pages back under [s, e), contents kept. */
+static void swap_out(uintptr_t s, uintptr_t e)
+{
+    size_t len = e - s;
+    void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (tmp == MAP_FAILED)
+        return;                 /* keep the shared pages: still correct */
+    memcpy(tmp, (void *)s, len);
+    if (mmap((void *)s, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+             0) != MAP_FAILED)
+        memcpy((void *)s, tmp, len);
+    munmap(tmp, len);
+}
+
+static struct shm_mr_entry *mr_table(struct soft_wire *w)
+{
+    return (struct shm_mr_entry *)((char *)w->ctx + SHM_CTX_MR_OFF);
+}
+
+/* Publish MR entry idx for peers (key 0 when withdrawn), under the entry's
+ * sequence lock: epoch odd while it changes. */
+static void mr_publish(struct soft_wire *w, int idx, uint32_t key, int memfd, uint32_t access,
+                       uint64_t addr, uint64_t length, uint64_t fd_off)
+{
+    struct shm_mr_entry *e = &mr_table(w)[idx];
+    uint32_t ep = atomic_load_explicit(&e->epoch, memory_order_relaxed);
+    atomic_store_explicit(&e->epoch, ep + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    e->key = key;
+    e->memfd = memfd;
+    e->access = access;
+    e->addr = addr;
+    e->length = length;
+    e->fd_off = fd_off;
+    atomic_store_explicit(&e->epoch, ep + 2, memory_order_release);
+}
+
+/* The backing that holds [addr, addr+len), or NULL. */
+static struct shm_backing *backing_of(uintptr_t s, uintptr_t e)
+{
+    for (struct shm_backing *b = backings; b; b = b->next)
+        if (b->start <= s && e <= b->end)
+            return b;
+    return NULL;
+}
+
+static void backing_put(struct shm_backing *b)
+{
+    if (!b || --b->refs > 0)
+        return;
+    for (struct shm_backing **pp = &backings; *pp; pp = &(*pp)->next)
+        if (*pp == b) {
+            *pp = b->next;
+            break;
+        }
+    swap_out(b->start, b->end);
+    close(b->memfd);
+    free(b);
+}
+
+/* A backing for [addr, addr+len) (a reference taken), or none when the
+ * memory cannot be shared (local only): 0 either way, or -errno. */
+static int backing_get(void *addr, size_t len, struct shm_backing **out)
+{
+    uintptr_t ps = page_size();
+    uintptr_t s = (uintptr_t)addr & ~(ps - 1);
+    uintptr_t e = ((uintptr_t)addr + len + ps - 1) & ~(ps - 1);
+    *out = backing_of(s, e);
+    if (*out) {
+        (*out)->refs++;
+        return 0;
+    }
+    /* grow the range over the backings it overlaps, then swap the union */
+    uintptr_t us = s, ue = e;
+    int refs = 1;
+    for (struct shm_backing *b = backings; b; b = b->next)
+        if (b->start < ue && us < b->end) {
+            us = TBRT_MIN(us, b->start);
+            ue = TBRT_MAX(ue, b->end);
+        }
+    if (!swappable(us, ue)) {
+        /* also fine when the non-swappable part is an existing backing */
+        for (uintptr_t p = us; p < ue; p += ps)
+            if (!backing_of(p, p + ps) && !swappable(p, p + ps))
+                return 0;       /* local only */
+    }
+    struct shm_backing *nb = calloc(1, sizeof *nb);
+    if (!nb)
+        return -ENOMEM;
+    int fd = -1;
+    int rc = swap_in(us, ue, &fd);
+    if (rc) {
+        free(nb);
+        return rc;
+    }
+    /* retire the merged backings; their regions (of any device) now live in
+     * the new memfd, and the new epoch makes peers map that */
+    struct shm_backing **pp = &backings;
+    while (*pp) {
+        struct shm_backing *b = *pp;
+        if (!(b->start < ue && us < b->end)) {
+            pp = &b->next;
+            continue;
+        }
+        refs += b->refs;
+        for (struct soft_wire *d = wires; d; d = d->next_wire)
+            for (int i = 1; i < SHM_MR_MAX; i++) {
+                struct shm_mr *m = d->mrs[i];
+                if (m && m->shared && b->start <= m->addr && m->addr + m->len <= b->end)
+                    mr_publish(d, i, m->key, fd, m->access, m->addr, m->len, m->addr - us);
+            }
+        close(b->memfd);
+        *pp = b->next;
+        free(b);
+    }
+    *nb = (struct shm_backing){.next = backings, .start = us, .end = ue, .memfd = fd,
+                                .refs = refs};
+    backings = nb;
+    *out = nb;
+    return 0;
+}
+
+void shm_mem_attach(struct soft_wire *w)
+{
+    pthread_mutex_lock(&mem_lock);
+    w->next_wire = wires;
+    wires = w;
+    w->mem_attached = true;
+    pthread_mutex_unlock(&mem_lock);
+}
+
+/* The regions a closing wire still holds give their pages back. */
+void shm_mem_detach(struct soft_wire *w)
+{
+    if (!w->mem_attached)
+        return;
+    pthread_mutex_lock(&mem_lock);
+    for (struct soft_wire **pp = &wires; *pp; pp = &(*pp)->next_wire)
+        if (*pp == w) {
+            *pp = w->next_wire;
+            break;
+        }
+    for (int i = 1; i < SHM_MR_MAX; i++) {
+        struct shm_mr *m = w->mrs[i];
+        if (!m)
+            continue;
+        if (m->shared)
+            backing_put(backing_of(m->addr, m->addr + m->len));
+        w->mrs[i] = NULL;
+        free(m);
+    }
+    w->mem_attached = false;
+    pthread_mutex_unlock(&mem_lock);
+}
+
+int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint32_t access, uint32_t *key,
+               char *why, size_t whylen)
+{
+    struct shm_mr *m = calloc(1, sizeof *m);
+    if (!m)
+        return err_set(why, whylen, ENOMEM, "out of memory");
+    pthread_mutex_lock(&mem_lock);
+    int idx = -1;
+    for (int i = 1; i < SHM_MR_MAX && idx < 0; i++)
+        if (!w->mrs[i])
+            idx = i;
+    const uint32_t writable = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                              IBV_ACCESS_REMOTE_WRITE;
+    struct shm_backing *b = NULL;
+    int rc = idx < 0 ? -ENOSPC : (access & writable) ? backing_get(addr, len, &b) : 0;
+    if (rc) {
+        pthread_mutex_unlock(&mem_lock);
+        free(m);
+        if (rc == -ENOSPC)
+            return err_set(why, whylen, ENOMEM, "all %d memory regions in use", SHM_MR_MAX - 1);
+        return err_set(why, whylen, -rc, "cannot share %zu bytes at %p: %s", len, addr,
+                       strerror(-rc));
+    }
+    /* key = index << 8 | generation, never 0, so a stale key misses */
+    w->mr_gen = (w->mr_gen + 1) & 0xff;
+    if (w->mr_gen == 0)
+        w->mr_gen = 1;
+    *m = (struct shm_mr){.key = ((uint32_t)idx << 8) | w->mr_gen, .access = access,
+                         .addr = (uintptr_t)addr, .len = len, .shared = b != NULL};
+    w->mrs[idx] = m;
+    mr_publish(w, idx, m->key, b ? b->memfd : -1, access, m->addr, len,
+               b ? m->addr - b->start : 0);
+    pthread_mutex_unlock(&mem_lock);
+    *key = m->key;
+    return 0;
+}
+
+void shm_mr_dereg(struct soft_wire *w, uint32_t key)
+{
+    uint32_t idx = key >> 8;
+    if (idx == 0 || idx >= SHM_MR_MAX || !w->mrs[idx] || w->mrs[idx]->key != key)
+        return;
+    pthread_mutex_lock(&mem_lock);
+    struct shm_mr *m = w->mrs[idx];
+    mr_publish(w, (int)idx, 0, -1, 0, 0, 0, 0);
+    w->mrs[idx] = NULL;
+    if (m->shared)
+        backing_put(backing_of(m->addr, m->addr + m->len));
+    pthread_mutex_unlock(&mem_lock);
+    free(m);
+}
+
+int shm_local_mem(struct soft_wire *w, uint32_t lkey, uint64_t addr, uint64_t len,
+                  uint32_t need_access, void **out)
+{
+    uint32_t idx = lkey >> 8;
+    if (idx == 0 || idx >= SHM_MR_MAX)
+        return -EINVAL;
+    const struct shm_mr *m = w->mrs[idx];
+    if (!m || m->key != lkey)
+        return -ENOENT;
+    if (addr < m->addr || len > m->len || addr - m->addr > m->len - len)
+        return -ERANGE;
+    if ((m->access & need_access) != need_access)
+        return -EACCES;
+    *out = (void *)(uintptr_t)addr;
+    return 0;
+}

@@ -1,0 +1,288 @@
+/* wire.h - what the soft device's objects need from a wire: the one
+ * interface every wire of the soft device implements (shm/ today, udp/
+ * next), and the data that crosses it.
+ *
+ * ---- Who owns what --------------------------------------------------------
+ *
+ * The objects layer (core/soft/soft_*.c) is the device as verbs see it. It owns
+ *   - every rule of the API and of the personalities that can be checked
+ *     where a call is made: limits, the QP state machine and its required
+ *     attributes, queue depth (in frames on Apple), MR access rules, what
+ *     may be posted in which state;
+ *   - the records of posted work (wr_id, length, frames, signaled) and the
+ *     queue indices, in process memory: a wire sees slot numbers, never a
+ *     wr_id, so whatever a wire (or a peer behind it) reports, a completion
+ *     names only work that was posted, with a length no longer than posted;
+ *   - completion queues: a ring in process memory that only the objects
+ *     write. Completions are made from wire results (struct soft_result),
+ *     checked against the records, and taken across a CQ's queues in the
+ *     order their results were stamped (the order the work finished in);
+ *   - error state: moving a QP to ERR, flushing, breaking a QP on a bad
+ *     value (with the text the wire or the check gave);
+ *   - GIDs (the host's addresses) and port configuration.
+ * A wire (core/soft/wire/<name>/) moves messages between queue pairs. It owns
+ *   - addressing: queue pair numbers and how to find a QPN's owner (shm: a
+ *     registry in /dev/shm; udp: the GID is an IP address, the QPN in BTH);
+ *   - where posted work waits and who executes it (shm: in shared memory,
+ *     run by either end; udp: in the wire's own queues, run by the sender);
+ *   - message semantics on the way: matching a SEND to the oldest posted
+ *     receive, its rules at the receiving end (credit flow, frames must
+ *     match, receive too short), RNR and retry timers, RDMA access checks
+ *     against the responder's keys, the UD GRH. These are the responder's
+ *     and requester's behaviour of the transport, and on a packet wire they
+ *     happen on either side of the network (the responder checks lengths
+ *     and keys, the requester counts retries), so they cannot live above
+ *     the wire. Each wire implements them; shared tables (RNR timer
+ *     values, the ACK timeout formula) are in soft.h's personality data or
+ *     here.
+ *   - making memory reachable (shm: memfd backings peers map; udp: nothing
+ *     beyond its own key table) and the keys of its memory;
+ *   - wake-ups: a CQ's fd, armed through the wire, readable when the wire
+ *     left a result for one of the CQ's queues;
+ *   - its own checks of whatever reaches it from outside the process (a
+ *     peer's shared memory, a packet): a bad value fails that send (a
+ *     result saying so) or breaks the queue pair (an event), with a
+ *     sentence naming the field in cfg->corrupt_why.
+ *
+ * Why message semantics are the wire's and not the objects': the shared
+ * memory wire copies a message straight into the peer's posted receive in
+ * one step, so matching, length checks and the copy are one act of the
+ * executor; the UDP wire will segment by path MTU, number packets (PSN),
+ * ACK, NAK and retransmit, and the receiving side matches and checks when
+ * the first packet of a message arrives. Neither can report "delivered"
+ * before its transport says so, and the objects cannot see a message in
+ * flight. What both wires produce is the same: a result per finished work
+ * request, and the objects do the rest. The rules a personality imposes on
+ * delivery reach the wire as data (struct soft_wire_cfg), not as calls up.
+ *
+ * Nothing below calls up: a wire knows nothing of struct soft_dev or of the
+ * verbs objects. It reports through return values, results it is asked for
+ * (recv_done / send_done), events from progress, and the corrupt_why text.
+ *
+ * ---- Faults ----------------------------------------------------------------
+ *
+ * Fault injection is one module between the objects and any wire
+ * (faults.h): the objects open it with the device and hand it to the wire
+ * (cfg->faults); the wire asks it once per unit it moves and does what it
+ * answers. The unit is the wire's own: a message on shm (which has no
+ * packets), a packet on udp. Today:
+ *   - port state (a pulled cable), host-wide per device and port: both the
+ *     objects (query_port, RTR) and the wires (a path is up when both ends'
+ *     ports are ACTIVE) read it from faults;
+ *   - drop, for UC and UD on shm: the message vanishes before it reaches a
+ *     receive, its send completes as sent (UC never reports loss), and the
+ *     receiver's engine finds the gap by its sequence number. RC over shm
+ *     ignores drops: a reliable transport would retransmit until the
+ *     message arrives, and a copy has no packets to lose; the UDP wire
+ *     loses RC packets for real and recovers (go-back-N, timers).
+ * The decision is a pure function of the configuration and the unit (the
+ * message's index in its send queue), so either end of a shm queue pair
+ * that executes a send decides the same, and a run replays exactly.
+ * corrupt, duplicate, reorder, delay, bandwidth and partition are packet
+ * faults: the UDP wire's (issue 10).
+ *
+ * ---- Threads ---------------------------------------------------------------
+ *
+ * A wire is used by one thread at a time per device (the objects take any
+ * lock). What it shares with other processes it makes safe against them. */
+#ifndef TBRT_SOFT_WIRE_H
+#define TBRT_SOFT_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tbrt.h"
+
+/* Limits every wire supports (the objects check them at post). */
+#define SOFT_MAX_SGE 4
+#define SOFT_MAX_INLINE 256
+#define SOFT_MAX_QP_WR 32768    /* the largest queue of any personality */
+#define SOFT_MAX_MR 4095        /* regions per device */
+
+/* TN3205: Thunderbolt RDMA moves 4 KiB frames; queue depths count frames,
+ * and a SEND and its RECV must cover the same number. */
+#define SOFT_FRAME 4096u
+static inline uint32_t soft_frames(uint64_t bytes)
+{
+    uint64_t f = (bytes + SOFT_FRAME - 1) / SOFT_FRAME;
+    return f ? (uint32_t)f : 1;
+}
+
+/* vendor_err codes of results and completions; their text is the device's
+ * (soft_dev.c: soft_vendor_err). */
+enum soft_verr {
+    SOFT_VERR_NONE = 0,
+    SOFT_VERR_FRAMES = 0x5101,     /* apple: SEND/RECV frame counts differ */
+    SOFT_VERR_RECV_SHORT,          /* receive buffer smaller than the message */
+    SOFT_VERR_RNR,                 /* no receive posted, retries exhausted */
+    SOFT_VERR_PEER_GONE,           /* no ACK: peer QP gone or not ready */
+    SOFT_VERR_LKEY,                /* bad lkey or out of its bounds */
+    SOFT_VERR_RKEY,                /* bad rkey, bounds or access */
+    SOFT_VERR_NOT_SHARED,          /* receive buffer memory cannot be shared */
+    SOFT_VERR_FLUSH,               /* flushed: the QP is in ERR */
+    SOFT_VERR_MSG_SIZE,            /* message larger than max_msg_sz */
+    SOFT_VERR_REMOTE,              /* the responder reported an error */
+    SOFT_VERR_OPCODE,              /* opcode not valid for this QP type */
+    SOFT_VERR_QKEY,                /* UD: qkey mismatch (dropped) */
+    SOFT_VERR_PORT_DOWN,           /* a port on the path is not ACTIVE */
+    SOFT_VERR_CORRUPT,             /* a bad value from outside the process */
+};
+
+struct soft_faults;
+struct soft_wire;               /* a wire opened for one device */
+struct soft_wire_qp;            /* the wire's half of a queue pair */
+struct soft_wire_cq;            /* the wire's half of a completion queue (its wake-up) */
+
+/* What finished work reports: the wire fills it; the objects check it
+ * against their records and make the completion. */
+struct soft_result {
+    uint64_t stamp;             /* soft_stamp() when it finished: ordering only */
+    uint32_t byte_len;          /* receives: bytes placed (sends: ignored) */
+    uint32_t vendor_err;        /* SOFT_VERR_* (soft.h) */
+    uint32_t imm;               /* network order, as posted */
+    uint32_t src_qp;
+    uint8_t status;             /* enum ibv_wc_status */
+    uint8_t opcode;             /* receives: IBV_WC_RECV or IBV_WC_RECV_RDMA_WITH_IMM */
+    uint16_t wc_flags;          /* IBV_WC_GRH | IBV_WC_WITH_IMM */
+};
+
+/* A cheap clock shared by the processes of a host, for stamps (the TSC
+ * where there is one: about 10 ns, against 25 for clock_gettime here). */
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+static inline uint64_t soft_stamp(void) { return __rdtsc(); }
+#elif defined(__aarch64__)
+static inline uint64_t soft_stamp(void)
+{
+    uint64_t v;
+    __asm__ volatile("mrs %0, cntvct_el0" : "=r"(v));
+    return v;
+}
+#else
+#include <time.h>
+static inline uint64_t soft_stamp(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+#endif
+
+/* How a device's personality shapes delivery, and what the wire needs to
+ * know of the device. */
+struct soft_wire_cfg {
+    const char *fabric;         /* "<TBRT_SOFT_FABRIC>-<personality>": who may meet */
+    int dev_index;              /* soft<dev_index> */
+    bool credit_flow;           /* a SEND waits for a posted receive (no RNR) */
+    bool frames_must_match;     /* SEND and RECV must cover the same 4 KiB frames */
+    struct soft_faults *faults; /* asked per unit moved; port states */
+    char *corrupt_why;          /* where the wire says what bad value it met */
+    size_t corrupt_len;
+};
+
+/* A queue pair, as created. */
+struct soft_wire_qp_init {
+    uint32_t qp_type;           /* IBV_QPT_RC, UC, UD */
+    uint32_t rq_cap, sq_cap;    /* slots (the objects enforce the depths) */
+    struct soft_wire_cq *recv_cq, *send_cq;
+    void *cookie;               /* given back in events */
+};
+
+/* Its attributes after each change of state or attributes. */
+struct soft_wire_qp_attr {
+    uint32_t state;             /* enum ibv_qp_state */
+    uint32_t qkey;
+    uint32_t dest_qpn;          /* RC/UC: the connected peer */
+    uint8_t port;
+    uint8_t mtu;                /* enum ibv_mtu (path MTU) */
+    uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer;
+    uint8_t dgid[16];           /* RC/UC: the peer's GID */
+};
+
+/* A posted receive: its scatter list (lkeys of this device). */
+struct soft_wire_recv {
+    uint32_t num_sge;
+    uint64_t total;
+    const struct ibv_sge *sge;
+};
+
+/* A posted send, checked by the objects: opcode valid for the QP type,
+ * total the sum of the gather list (or the inline bytes), within limits. */
+#define SOFT_SEND_DGID_LOCAL 1u /* UD: the destination GID is on this host */
+struct soft_wire_send {
+    uint32_t opcode;            /* enum ibv_wr_opcode */
+    uint32_t send_flags;
+    uint32_t imm_data;
+    uint32_t num_sge;
+    const struct ibv_sge *sge;
+    uint64_t total;
+    uint64_t remote_addr;       /* RDMA */
+    uint32_t rkey;
+    uint32_t remote_qpn, remote_qkey; /* UD */
+    uint8_t dgid[16], sgid[16]; /* UD: from the address handle, the source GID resolved */
+    uint32_t flags;             /* SOFT_SEND_* */
+};
+
+/* What progress found for the objects to act on. */
+enum soft_wire_event_kind {
+    SOFT_WIRE_ERR = 1,          /* the QP went to ERR (a peer said so, or a send failed) */
+    SOFT_WIRE_BROKEN,           /* a bad value from outside: corrupt_why says which */
+};
+struct soft_wire_event {
+    void *cookie;               /* the QP's, from soft_wire_qp_init */
+    int kind;
+};
+
+struct soft_wire_ops {
+    const char *name;
+    /* Open for one device; 0 or -errno with the reason in why. */
+    int (*open)(const struct soft_wire_cfg *cfg, struct soft_wire **out, char *why, size_t len);
+    void (*close)(struct soft_wire *w);
+    /* Can a connected QP reach this GID (local: one of this host's)? If not,
+     * why says what this wire reaches. */
+    bool (*reaches)(struct soft_wire *w, const uint8_t gid[16], bool local, char *why,
+                    size_t len);
+
+    /* Memory: make [addr, addr+len) reachable with these IBV_ACCESS_* bits;
+     * the key (lkey = rkey) in *key. */
+    int (*mr_reg)(struct soft_wire *w, void *addr, size_t len, uint32_t access, uint32_t *key,
+                  char *why, size_t whylen);
+    void (*mr_dereg)(struct soft_wire *w, uint32_t key);
+
+    /* Completion queues: the wake-up (its fd in *fd), arming it, draining it. */
+    int (*cq_create)(struct soft_wire *w, struct soft_wire_cq **out, int *fd, char *why,
+                     size_t len);
+    void (*cq_destroy)(struct soft_wire_cq *c);
+    void (*cq_arm)(struct soft_wire_cq *c);
+    int (*cq_ack)(struct soft_wire_cq *c);
+
+    /* Queue pairs; the QPN in *qpn. */
+    int (*qp_create)(struct soft_wire *w, const struct soft_wire_qp_init *init,
+                     struct soft_wire_qp **out, uint32_t *qpn, char *why, size_t len);
+    void (*qp_destroy)(struct soft_wire_qp *q);
+    /* After every change. To ERR: nothing more executes; from then on the
+     * results of what had not finished are flushed (IBV_WC_WR_FLUSH_ERR).
+     * To RESET: everything posted is forgotten, no results. */
+    void (*qp_modify)(struct soft_wire_qp *q, const struct soft_wire_qp_attr *a);
+
+    /* Work, by index (0, 1, 2... per queue; the slot is index % cap). The
+     * objects post an index only once the previous one in that slot was
+     * taken (recv_done / send_done said 1). */
+    void (*post_recv)(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_recv *r);
+    void (*post_send)(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_send *s);
+    /* The hardware's turn: move what can move. Up to max events in ev;
+     * returns how many. */
+    int (*progress)(struct soft_wire *w, struct soft_wire_event *ev, int max);
+    /* Has work `index` of this queue finished? 1 with its result in *r (then
+     * it is the objects': the wire forgets it), 0 not yet, -1 a bad value
+     * (corrupt_why says which; the objects break the QP). Asked in order:
+     * index is the oldest the objects have not taken. */
+    int (*recv_done)(struct soft_wire_qp *q, uint64_t index, struct soft_result *r);
+    int (*send_done)(struct soft_wire_qp *q, uint64_t index, struct soft_result *r);
+};
+
+/* The wires there are. */
+extern const struct soft_wire_ops soft_wire_shm;
+
+#endif

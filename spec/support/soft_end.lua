@@ -1,0 +1,105 @@
+-- soft_end.lua - one end of a soft-device queue pair in a process of its own,
+-- driven line by line from stdin (spec/support/soft_ends.lua starts it):
+--   tbrt spec/support/soft_end.lua
+-- Each request is a JSON object on one line, each reply one JSON line:
+--   {"op":"open","personality":"linux-rc","type":"RC"}   -> {qpn, pid, send_mr, recv_mr}
+--   {"op":"connect","qpn":N,...}                         -> {ok}     (INIT, RTR, RTS)
+--   {"op":"post_recv","len":64}  {"op":"post_send","len":64,"inline":true,"ud_qpn":N}
+--   {"op":"poll","n":1,"timeout":1}                      -> {wcs = {{status, why, ...}}}
+--   {"op":"state"} {"op":"ping"} {"op":"exit"}
+-- A failed call replies {err = "ECODE: ..."}; the process lives on, which is
+-- what the specs that scribble on its shared memory check.
+local cjson = require("cjson")
+local ffi = require("ffi")
+local verbs = require("tbrt.verbs")
+
+local LOOPBACK = string.rep("\0", 10) .. "\255\255\127\0\0\1"
+local e = {}
+
+local function loopback_gid(dev, port)
+  local best
+  for _, g in ipairs(assert(dev:gids(port))) do
+    if g.gid == LOOPBACK and (not best or g.type == "RoCEv2") then best = g.index end
+  end
+  return best
+end
+
+local ops = {}
+
+function ops.open(r)
+  local dev, err = verbs.open(r.device or "soft0", { personality = r.personality })
+  if not dev then return { err = err } end
+  e.dev, e.type = dev, r.type or "RC"
+  e.port = r.port or (dev.personality == "apple-uc" and 2 or 1)
+  e.pd = assert(dev:pd())
+  e.cq = assert(dev:cq(64))
+  local depth = r.depth or 16
+  e.qp = assert(e.pd:qp{ type = e.type, send_cq = e.cq, recv_cq = e.cq, send_wr = depth,
+    recv_wr = depth, inline = 64 })
+  local len = r.mr_len or 65536
+  e.sbuf, e.rbuf = ffi.new("uint8_t[?]", len), ffi.new("uint8_t[?]", len)
+  ffi.fill(e.sbuf, len, 0x5a)
+  e.smr, e.rmr = assert(e.pd:reg(e.sbuf, len)), assert(e.pd:reg(e.rbuf, len))
+  e.sgid = loopback_gid(dev, e.port)
+  if e.type == "UD" then
+    assert(e.qp:modify{ state = "INIT", port = e.port, pkey_index = 0, qkey = 0x11 })
+    assert(e.qp:modify{ state = "RTR" })
+    assert(e.qp:modify{ state = "RTS", sq_psn = 0 })
+    e.ah = assert(dev:ah{ pd = e.pd, port = e.port, dgid = LOOPBACK, sgid_index = e.sgid })
+  end
+  return { qpn = e.qp.num, pid = ffi.C.getpid(), send_key = e.smr.lkey, recv_key = e.rmr.lkey }
+end
+
+function ops.connect(r)
+  local q = e.qp
+  local ok, err = q:modify{ state = "INIT", port = e.port, pkey_index = 0, access = verbs.ACCESS_ALL }
+  if not ok then return { err = err } end
+  local rtr = { state = "RTR", mtu = 1024, dest_qpn = r.qpn, rq_psn = 0, dgid = LOOPBACK,
+    sgid_index = e.sgid, ah_port = e.port }
+  local rts = { state = "RTS", sq_psn = 0 }
+  if e.type == "RC" then
+    rtr.min_rnr_timer, rtr.max_dest_rd_atomic = r.min_rnr_timer or 1, 1
+    rts.timeout, rts.retry_cnt, rts.rnr_retry, rts.max_rd_atomic =
+      r.timeout or 10, r.retry_cnt or 2, r.rnr_retry or 7, 1
+  end
+  ok, err = q:modify(rtr)
+  if ok then ok, err = q:modify(rts) end
+  if not ok then return { err = err } end
+  return { ok = true }
+end
+
+function ops.post_recv(r)
+  local ok, err = e.qp:post_recv{ mr = e.rmr, offset = r.offset, len = r.len or 64,
+    wr_id = r.wr_id or 1 }
+  return ok and { ok = true } or { err = err }
+end
+
+function ops.post_send(r)
+  local t = { mr = e.smr, len = r.len or 64, wr_id = r.wr_id or 2, inline = r.inline,
+    opcode = r.opcode }
+  if r.ud_qpn then t.ah, t.remote_qpn, t.remote_qkey = e.ah, r.ud_qpn, 0x11 end
+  if r.opcode and r.opcode:match("^RDMA") then t.rkey, t.raddr = r.rkey, r.raddr end
+  local ok, err = e.qp:post_send(t)
+  return ok and { ok = true } or { err = err }
+end
+
+function ops.poll(r)
+  local wcs, err = e.cq:wait(r.n or 1, r.timeout or 1)
+  if not wcs then return { err = err } end
+  for _, w in ipairs(wcs) do w.byte_len = tonumber(w.byte_len) ; w.vendor_err = tonumber(w.vendor_err) end
+  return { wcs = wcs }
+end
+
+function ops.state() return { state = e.qp:state() } end
+function ops.ping() return { pong = true } end
+
+ffi.cdef [[ int getpid(void); ]]
+io.stdout:setvbuf("line")
+for line in io.lines() do
+  local req = cjson.decode(line)
+  if req.op == "exit" then break end
+  local f = ops[req.op]
+  local ok, res = pcall(f or function() error("no such op " .. tostring(req.op)) end, req)
+  if not ok then res = { err = "lua: " .. tostring(res) } end
+  io.stdout:write(cjson.encode(res), "\n")
+end
