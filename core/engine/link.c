@@ -320,7 +320,7 @@ intptr_t tbrt_link_send(tbrt_link *l, const void *buf, size_t len)
     if (!l || (!buf && len))
         return -EINVAL;
     int rc = link_usable(l, "send");
-    if (rc)
+    if (rc || (rc = views_busy_send(l, "send")) != 0)
         return rc;
     if (l->bye)
         return link_note(l, EPIPE, "send: the peer closed the link");
@@ -342,12 +342,14 @@ intptr_t tbrt_link_recv(tbrt_link *l, void *buf, size_t len)
     if (l->state == TBRT_LINK_BROKEN && l->x.peer_dead && l->t->readable(&l->x) && len)
         return link_took(l, l->t->recv(&l->x, buf, len)); /* what arrived before the peer died */
     int rc = link_usable(l, "recv");
-    if (rc)
+    if (rc || (rc = views_busy_recv(l, "recv")) != 0)
         return rc;
     if (len == 0)
         return 0;
-    /* turnaround: a request still coalescing would never reach the peer */
-    if ((rc = (int)link_took(l, l->t->flush(&l->x))) != 0 && rc != -EAGAIN)
+    /* turnaround: a request still coalescing would never reach the peer
+     * (unless a send view is open in that stride: it goes at its flush) */
+    if (!l->views.send_open && (rc = (int)link_took(l, l->t->flush(&l->x))) != 0 &&
+        rc != -EAGAIN)
         return rc;
     if (!l->x.dev) {
         /* tcp: the socket itself knows; one recv, no poll first */
@@ -375,7 +377,9 @@ int tbrt_link_flush(tbrt_link *l)
     if (!l)
         return -EINVAL;
     int rc = link_usable(l, "flush");
-    return rc ? rc : (int)link_took(l, l->t->flush(&l->x));
+    if (rc || (rc = views_busy_send(l, "flush")) != 0)
+        return rc;
+    return (int)link_took(l, l->t->flush(&l->x));
 }
 
 int tbrt_link_progress(tbrt_link *l)
@@ -505,6 +509,7 @@ static int link_close(tbrt_link *l, bool drain)
         return -EINVAL;
     if (l->state == TBRT_LINK_CLOSED)
         return 0;
+    views_before_teardown(l);   /* an open send view's bytes are not sent */
     if (l->state == TBRT_LINK_READY && !l->x.peer_dead) {
         /* let what was sent land before saying goodbye, bounded */
         link_took(l, l->t->flush(&l->x));
@@ -517,6 +522,7 @@ static int link_close(tbrt_link *l, bool drain)
     }
     if (l->t)
         l->t->teardown(&l->x);
+    views_after_teardown(l);
     if (l->x.fd >= 0) {
         shutdown(l->x.fd, SHUT_WR);
         close(l->x.fd);

@@ -11,6 +11,7 @@
 
 #include "dev/dev.h"
 #include "engine/transport/transport.h"
+#include "engine/views.h"
 
 struct tbrt_link {
     int id;
@@ -27,6 +28,7 @@ struct tbrt_link {
     double last_port_check;
     unsigned live_tick;
     bool ready_sent;
+    struct link_views views;    /* open zero-copy views (views.c) */
     struct xport x;             /* the transport's state (transport.h) */
 };
 

@@ -245,6 +245,7 @@ end
 function Link:send(data, len, timeout)
   local l = self._l
   if not l then error("link is closed", 2) end
+  if self._sv then self:_views_busy("send", "send") end
   local p, n = as_pointer(data, len, "send")
   local done, deadline = 0, nil
   while done < n do
@@ -268,6 +269,7 @@ end
 function Link:flush(timeout)
   local l = self._l
   if not l then error("link is closed", 2) end
+  if self._sv then self:_views_busy("flush", "send") end
   local deadline
   while true do
     local rc = C.tbrt_link_flush(l)
@@ -286,6 +288,7 @@ end
 function Link:recv_into(buf, n, timeout, some)
   local l = self._l
   if not l then error("link is closed", 2) end
+  if self._rv then self:_views_busy("recv", "recv") end
   local p = ffi.cast("uint8_t *", buf)
   local got, deadline = 0, nil
   while got < n do
@@ -408,10 +411,14 @@ function Link:close(timeout)
   self._info = self:info()
   ffi.gc(l, nil)
   C.tbrt_link_free(l)
-  self._l = nil
+  self._l, self._sv, self._rv = nil, nil, nil
   if err then return nil, err end
   return true
 end
+
+-- zero-copy views: send_view/commit, recv_view/release (tbrt/view.lua)
+require("tbrt.view")(Link, { now = now, EAGAIN = EAGAIN, WAIT_SEND = WAIT_SEND,
+  WAIT_RECV = WAIT_RECV })
 
 local function size(n)
   local units = { "B", "KiB", "MiB", "GiB", "TiB" }
