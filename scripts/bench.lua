@@ -4,7 +4,11 @@
 --   soft (shared memory), C-driven (build/tbrt-bench) and Lua-driven
 --   (scripts/pair.lua): 8 B one-way latency, 64 KiB and 4 MiB streaming
 --   against UCX's ucx_perftest with UCX_TLS=sm (tag_lat, tag_bw);
---   the tcp link at 64 KiB and 4 MiB against qperf tcp_bw.
+--   the tcp link at 64 KiB and 4 MiB against qperf tcp_bw;
+--   zero-copy views against the copying calls and the memcpy ceilings, Lua
+--   against C on the same protocol, the tcp link busy-polling
+--   (scripts/bench/figures_views.lua); 1..64 links and a ring of 8
+--   processes, plotted to build/scale.png (scripts/bench/figures_scale.lua).
 --
 -- Prints one table (tbrt, anchor, ratio, target) and writes the figures as
 -- JSON to build*/bench.json. Environment: TBRT_BENCH_RUNS (5),
@@ -138,9 +142,17 @@ end
 
 ---------------------------------------------------------------------------
 
+-- how busy the machine is (figures taken under load are noisy): at the start and the end
+local function loadavg()
+  local f = io.open("/proc/loadavg")
+  local l = f and f:read("*l")
+  if f then f:close() end
+  return l and tonumber(l:match("^(%S+)")) or nil
+end
+
 io.stderr:write(string.format("# tbrt bench: %d runs each, soft personality %s, %d CPUs\n", RUNS,
   PERS, #uv.cpu_info()))
-local r = {}
+local r = { load_start = loadavg() }
 r.c_lat = measure("tbrt soft C lat 8 B", c_bench("soft", PERS, "lat", 8, 20000))
 r.c_bw64 = measure("tbrt soft C bw 64 KiB", c_bench("soft", PERS, "bw", 65536, 20000))
 r.c_bw4m = measure("tbrt soft C bw 4 MiB", c_bench("soft", PERS, "bw", 4194304, 300))
@@ -156,6 +168,16 @@ r.ucx_bw64 = measure("ucx_perftest sm tag_bw 64 KiB", ucx("tag_bw", 65536, 20000
 r.ucx_bw4m = measure("ucx_perftest sm tag_bw 4 MiB", ucx("tag_bw", 4194304, 300))
 r.qperf_bw64 = measure("qperf tcp_bw 64 KiB", qperf("tcp_bw", 65536))
 r.qperf_bw4m = measure("qperf tcp_bw 4 MiB", qperf("tcp_bw", 4194304))
+
+-- views against copies, the memcpy ceilings, the tcp link busy-polling, many
+-- links (scripts/bench/figures_*.lua): their figures join r, their rows the table
+local more_rows = {}
+for _, part in ipairs({ "figures_views", "figures_scale" }) do
+  local rows = dofile(root .. "/scripts/bench/" .. part .. ".lua")({ r = r, measure = measure,
+    sh = sh, build = build, tbrt = tbrt, root = root, pers = PERS, runs = RUNS })
+  for _, row in ipairs(rows) do more_rows[#more_rows + 1] = row end
+end
+r.load_end = loadavg()
 
 local function ratio(a, b) return (a and b and b ~= 0) and a / b or nil end
 local function f(v, fmt) return v and string.format(fmt or "%.3f", v) or "NA" end
@@ -181,6 +203,10 @@ local rows = {
   { "apple-uc 4 MiB bandwidth, GB/s", r.apple_bw4m, r.ucx_bw4m, "ucx sm tag_bw", nil },
 }
 
+for _, row in ipairs(more_rows) do rows[#rows + 1] = row end
+
+print(string.format("\nload average %s at the start, %s at the end (%d CPUs): above ~0.5 the " ..
+  "figures are taken on a busy machine", tostring(r.load_start), tostring(r.load_end), #uv.cpu_info()))
 print(string.format("%-42s %10s %10s  %-16s %7s  %s", "measure (" .. PERS .. ")", "tbrt", "anchor",
   "anchor is", "ratio", "target"))
 for _, row in ipairs(rows) do

@@ -21,8 +21,8 @@ local KINDS = {
     max = 128 * 1024 - 8 },
   { name = "llama-linux", opts = { device = "soft", personality = "linux-rc", framing = "llama-linux" },
     max = 256 * 1024 },
-  -- tcp: the coalescing buffer for send views, one recv() of up to 256 KiB for recv views
-  { name = "tcp", opts = { device = "tcp" }, max = 64 * 1024, rmax = 256 * 1024 },
+  -- tcp: the coalescing buffer for send views, one recv() of up to as much for recv views
+  { name = "tcp", opts = { device = "tcp" }, max = 256 * 1024 },
 }
 
 -- Send n bytes of src through send views of at most `piece` bytes each.

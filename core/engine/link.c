@@ -100,7 +100,7 @@ void tbrt_link_opts_init(tbrt_link_opts *o)
     o->stride = 128 * 1024;     /* measured best of 32/64/128/256 KiB on TB5 */
     o->timeout = 30.0;
     o->liveness = 2.0;
-    o->spin = 50e-6;
+    o->spin = -1;               /* by transport: link_spin() */
 }
 
 static int normalize(tbrt_link *l, const tbrt_link_opts *in, char *err, size_t errlen)
@@ -129,7 +129,7 @@ static int normalize(tbrt_link *l, const tbrt_link_opts *in, char *err, size_t e
     if (!(o->liveness > 0))
         o->liveness = d.liveness;
     if (!(o->spin >= 0))
-        o->spin = d.spin;
+        o->spin = -1;           /* NaN too */
     if (o->nbuf < 2 || o->nbuf > 4096)
         return err_set(err, errlen, EINVAL, "link %d: nbuf %u out of range 2..4096", l->id, o->nbuf);
     if (o->stride < 4096 || o->stride % 4096 || o->stride > (64u << 20))

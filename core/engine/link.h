@@ -61,6 +61,16 @@ int link_send_byte(tbrt_link *l, uint8_t b);
 /* 1 byte read, 0 would block, <0 error (EOF is -ECONNRESET). */
 int link_recv_byte(tbrt_link *l, uint8_t *b);
 
+/* How long a waiter busy-polls before it sleeps: opts.spin when set (>= 0),
+ * else 50 us on RDMA links (a completion comes sooner than a wake-up) and 0
+ * on tcp (the kernel wakes a reader as fast as spinning would, without
+ * taking the core from its own network processing). */
+#define LINK_SPIN_RDMA 50e-6
+static inline double link_spin(const tbrt_link *l)
+{
+    return l->opts.spin >= 0 ? l->opts.spin : l->x.dev ? LINK_SPIN_RDMA : 0;
+}
+
 /* select.c: the device, port and GID facing the peer of the socket */
 int link_select_device(tbrt_link *l, char *err, size_t errlen);
 

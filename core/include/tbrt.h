@@ -251,7 +251,9 @@ typedef struct tbrt_link_opts {
     int qp_type;             /* 0: by flavor (UC on Apple, RC on Linux) */
     double timeout;          /* bound of every blocking call, seconds (30) */
     double liveness;         /* a dead peer is reported within this, seconds (2) */
-    double spin;             /* busy-poll this long before sleeping, seconds (50e-6) */
+    double spin;             /* busy-poll this long before sleeping, seconds; < 0 (the
+                                default): 50e-6 on RDMA links, 0 on tcp (set it to
+                                busy-poll a tcp link's socket too) */
     int trace;               /* mlx5 command trace */
 } tbrt_link_opts;
 
@@ -338,7 +340,7 @@ intptr_t tbrt_link_recv_some(tbrt_link *l, void *buf, size_t len, double timeout
  *   want = 0 asks for all the room the stride has. The span is at most
  *   min(want, room left in the stride) and never crosses strides: it is at
  *   most the stride payload (stride - 16 bytes in tbrt's framing, - 8 in
- *   llama-apple), 256 KiB (one SEND) in llama-linux, 64 KiB on tcp. For more,
+ *   llama-apple), 256 KiB (one SEND) in llama-linux and on tcp. For more,
  *   commit and ask again; for a span of exactly want contiguous bytes that
  *   did not fit, flush() and ask again (a fresh stride).
  * commit: sends the first n bytes of the open send view (n <= its length;

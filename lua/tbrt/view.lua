@@ -7,8 +7,8 @@
 --   use(p, n) ; l:release([k])                   -- give back k (default all n) bytes
 --
 -- A view never crosses strides: send_view gives at most the room left in
--- the stride being filled (at most the stride payload; 64 KiB on tcp, 256
--- KiB on llama-linux), recv_view at most what is left of one stride. For
+-- the stride being filled (at most the stride payload; 256 KiB on tcp and
+-- llama-linux), recv_view at most what is left of one stride. For
 -- more, commit/release and ask again. want = nil (or 0) asks for all the
 -- room there is. The calls wait as tasks like send/recv (bounded by the
 -- timeout); errors are nil, "ECODE: link N: ..."; recv_view at EOF is nil,

@@ -69,6 +69,10 @@ tbrt_link *bench_link(int fd, const char *dev, const char *pers)
     o.device = dev;
     o.personality = pers && *pers && strcmp(pers, "-") ? pers : NULL;
     o.timeout = BENCH_TIMEOUT;
+    /* TBRT_BENCH_SPIN: busy-poll this long (s) before sleeping, tcp links too */
+    const char *spin = getenv("TBRT_BENCH_SPIN");
+    if (spin && *spin)
+        o.spin = atof(spin);
     uint8_t caps[TBRT_CAPS_SIZE], peer[TBRT_CAPS_SIZE];
     char err[TBRT_WHY_MAX];
     tbrt_link *l;
@@ -95,6 +99,24 @@ tbrt_link *bench_link(int fd, const char *dev, const char *pers)
     if (tbrt_link_activate_wait(l, peer, sizeof peer))
         bench_die("activate", l);
     return l;
+}
+
+void bench_flush(tbrt_link *l)
+{
+    double deadline = bench_now() + BENCH_TIMEOUT;
+    int rc;
+    while ((rc = tbrt_link_flush(l)) == -EAGAIN) {
+        if (bench_now() > deadline)
+            bench_die("flush: the socket stayed full", l);
+        if (tbrt_link_progress(l) < 0)
+            bench_die("flush", l);
+        int fds[2], n = tbrt_link_fds(l, fds, 2);
+        struct pollfd p = {.fd = fds[0], .events = POLLOUT};
+        if (n > 0)
+            poll(&p, 1, 1);
+    }
+    if (rc)
+        bench_die("flush", l);
 }
 
 void bench_fill(uint8_t *b, size_t n)

@@ -24,8 +24,12 @@ int bench_accept(int ls);
 int bench_connect(int port);
 /* Probe on a connected socket, exchange caps (each side writes its own,
  * then reads the peer's), activate; the ready link. pers "-" or NULL: the
- * device's default personality. */
+ * device's default personality. $TBRT_BENCH_SPIN (seconds) sets opts.spin. */
 tbrt_link *bench_link(int fd, const char *dev, const char *pers);
+
+/* flush, waiting (bounded) while it returns -EAGAIN: a tcp link's socket
+ * may be full, and the C API has no blocking flush. */
+void bench_flush(tbrt_link *l);
 
 /* The pattern of message bytes (byte i = i * 131 + 7); a message carries its
  * index in its first 8 bytes (when it has 8). */

@@ -131,15 +131,15 @@ static void stream(struct flow *s, int ns, struct flow *r, int nr, uint8_t *want
         wait_links(all, nall);
     }
     for (int i = 0; i < ns; i++)   /* what a send accepted last must leave */
-        if (tbrt_link_flush(s[i].l))
-            bench_die("flush", s[i].l);
+        bench_flush(s[i].l);
 }
 
 static void ack_send(tbrt_link *l)
 {
     uint8_t b = 1;
-    if (tbrt_link_send_all(l, &b, 1, BENCH_TIMEOUT) != 1 || tbrt_link_flush(l))
+    if (tbrt_link_send_all(l, &b, 1, BENCH_TIMEOUT) != 1)
         bench_die("ack", l);
+    bench_flush(l);
 }
 
 static void ack_wait(tbrt_link *l)
@@ -160,14 +160,16 @@ static double pingpong(tbrt_link *l, int rounds, bool answer)
         double t0 = bench_now();
         if (!answer) {
             memcpy(m, &i, sizeof i);
-            if (tbrt_link_send_all(l, m, 8, BENCH_TIMEOUT) != 8 || tbrt_link_flush(l))
+            if (tbrt_link_send_all(l, m, 8, BENCH_TIMEOUT) != 8)
                 bench_die("ping", l);
+            bench_flush(l);
         }
         if (tbrt_link_recv_all(l, back, 8, BENCH_TIMEOUT) != 8)
             bench_die("pong", l);
         if (answer) {
-            if (tbrt_link_send_all(l, back, 8, BENCH_TIMEOUT) != 8 || tbrt_link_flush(l))
+            if (tbrt_link_send_all(l, back, 8, BENCH_TIMEOUT) != 8)
                 bench_die("pong", l);
+            bench_flush(l);
         } else if (memcmp(m, back, 8)) {
             fprintf(stderr, "tbrt-scale: round %d came back wrong\n", i);
             exit(1);
@@ -252,6 +254,25 @@ static int run_links(const char *dev, const char *pers, int nl, size_t n, long i
 
 /* ---- P processes in a ring ------------------------------------------------------- */
 
+/* A token of n bytes once around the ring: process 0 starts it, each other
+ * one passes it on when it comes. */
+static void pass_token(tbrt_link *out, tbrt_link *in, int me, size_t n)
+{
+    uint8_t m[8] = {1};
+    if (me == 0) {
+        if (tbrt_link_send_all(out, m, n, BENCH_TIMEOUT) != (intptr_t)n)
+            bench_die("token", out);
+        bench_flush(out);
+    }
+    if (tbrt_link_recv_all(in, m, n, BENCH_TIMEOUT) != (intptr_t)n)
+        bench_die("token", in);
+    if (me != 0) {
+        if (tbrt_link_send_all(out, m, n, BENCH_TIMEOUT) != (intptr_t)n)
+            bench_die("token", out);
+        bench_flush(out);
+    }
+}
+
 static int run_ring(const char *dev, const char *pers, int np, size_t n, long iters)
 {
     if (np < 2 || np % 2 || np > 64) {
@@ -292,13 +313,7 @@ static int run_ring(const char *dev, const char *pers, int np, size_t n, long it
     double stream_s = 0, hop_us = 0;
     for (int round = 0; round < 2; round++) {
         /* a token around the ring first: everyone set up, start together */
-        uint8_t tok = 1;
-        if (me == 0 && (tbrt_link_send_all(out, &tok, 1, BENCH_TIMEOUT) != 1 || tbrt_link_flush(out)))
-            bench_die("token", out);
-        if (tbrt_link_recv_all(in, &tok, 1, BENCH_TIMEOUT) != 1)
-            bench_die("token", in);
-        if (me != 0 && (tbrt_link_send_all(out, &tok, 1, BENCH_TIMEOUT) != 1 || tbrt_link_flush(out)))
-            bench_die("token", out);
+        pass_token(out, in, me, 1);
         s.done = r.done = 0;
         s.off = r.off = 0;
         s.total = r.total = round == 0 ? 2 : iters;
@@ -307,19 +322,10 @@ static int run_ring(const char *dev, const char *pers, int np, size_t n, long it
         stream_s = bench_now() - ts;
     }
     /* latency: an 8 B token around the ring LAT_ROUNDS times */
-    {
-        uint8_t m[8] = {0};
-        double ts = bench_now();
-        for (int i = 0; i < LAT_ROUNDS; i++) {
-            if (me == 0 && (tbrt_link_send_all(out, m, 8, BENCH_TIMEOUT) != 8 || tbrt_link_flush(out)))
-                bench_die("token", out);
-            if (tbrt_link_recv_all(in, m, 8, BENCH_TIMEOUT) != 8)
-                bench_die("token", in);
-            if (me != 0 && (tbrt_link_send_all(out, m, 8, BENCH_TIMEOUT) != 8 || tbrt_link_flush(out)))
-                bench_die("token", out);
-        }
-        hop_us = (bench_now() - ts) / LAT_ROUNDS / np * 1e6;
-    }
+    double ts = bench_now();
+    for (int i = 0; i < LAT_ROUNDS; i++)
+        pass_token(out, in, me, 8);
+    hop_us = (bench_now() - ts) / LAT_ROUNDS / np * 1e6;
     double mine[2] = {stream_s, hop_us};
     tbrt_link_close(out);
     tbrt_link_close(in);

@@ -66,14 +66,16 @@ static void recv_msg(tbrt_link *l, uint8_t *buf, const uint8_t *want, size_t n, 
 static void ack(tbrt_link *l)
 {
     uint8_t b = 1;
-    if (tbrt_link_send_all(l, &b, 1, BENCH_TIMEOUT) != 1 || tbrt_link_flush(l))
+    if (tbrt_link_send_all(l, &b, 1, BENCH_TIMEOUT) != 1)
         bench_die("ack", l);
+    bench_flush(l);
 }
 
 static void wait_ack(tbrt_link *l)
 {
     uint8_t b;
-    if (tbrt_link_flush(l) || tbrt_link_recv_all(l, &b, 1, BENCH_TIMEOUT) != 1)
+    bench_flush(l);
+    if (tbrt_link_recv_all(l, &b, 1, BENCH_TIMEOUT) != 1)
         bench_die("wait for the ack", l);
 }
 

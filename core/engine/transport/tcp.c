@@ -16,7 +16,13 @@
 #include "engine/transport/transport.h"
 #include "util/util.h"
 
-#define TCP_COALESCE (64 * 1024)
+/* Sends of at least TCP_DIRECT bytes go straight to the socket when nothing
+ * is coalescing; smaller ones (and send views) fill a TCP_COALESCE buffer,
+ * written out when full or at flush. The buffer is larger than the
+ * threshold so a stream of views writes in big pieces (pages are touched
+ * only as far as it fills). */
+#define TCP_DIRECT (64 * 1024)
+#define TCP_COALESCE (256 * 1024)
 /* A recv view's read buffer: one recv() of up to this much (the pages are
  * touched only as far as a read fills them). */
 #define TCP_VIEW_READ (256 * 1024)
@@ -52,7 +58,7 @@ static intptr_t tcp_send(struct xport *x, const void *buf, size_t len)
         if (rc && rc != -EAGAIN)
             return rc;
     }
-    if (x->tcp_len == 0 && len >= TCP_COALESCE) {
+    if (x->tcp_len == 0 && len >= TCP_DIRECT) {
         ssize_t n = send(x->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             x->stats.bytes_sent += (size_t)n;
