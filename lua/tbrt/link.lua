@@ -199,21 +199,34 @@ end
 -- paths, so LuaJIT compiles them.
 
 local WAIT_RECV, WAIT_SEND, WAIT_IDLE = C.TBRT_WAIT_RECV, C.TBRT_WAIT_SEND, C.TBRT_WAIT_IDLE
+local others_ready = task.others_ready
 
 -- Wait until a call for `what` would not block (or an error is there to
 -- report), or until deadline ("timeout"). Returns true when the caller
--- should try again.
+-- should try again. While it spins, other tasks that are ready run first
+-- (one thread serves every link: spinning on one would starve the rest);
+-- the spin window survives those turns (the caller's deadline names its
+-- operation), so waiters that keep letting each other run still park once
+-- it is over.
 function Link:_wait(what, deadline, events)
   local l = self._l
   local spin = self.spin
-  local t_end = now() + spin
+  -- the same operation (its deadline) coming back after letting others run
+  -- goes on with its window; a new one starts its own
+  local t_end = self._spin_for == deadline and self._spin_end or now() + spin
   while true do
     local n = C.tbrt_link_progress(l)
     if n < 0 or C.tbrt_link_ready_for(l, what) ~= 0 then return true end
     local t = now()
     if n > 0 then t_end = t + spin end
+    if deadline and t >= deadline then return nil, "timeout" end
+    if t < t_end and others_ready() then
+      self._spin_for, self._spin_end = deadline, t_end
+      task.sleep(0)
+      return true
+    end
     if t >= t_end then
-      if deadline and t >= deadline then return nil, "timeout" end
+      self._spin_for = nil              -- woken, it spins afresh
       local a = C.tbrt_link_arm(l)
       if a ~= 0 then
         if a > 0 then task.sleep(0) end       -- let others run, then look again

@@ -141,6 +141,10 @@ function drain()
   end
 end
 
+-- Whether something else waits in the ready queue (a task or a callback):
+-- a task busy-polling a device should let it run rather than spin.
+function M.others_ready() return q_head <= q_tail end
+
 ---------------------------------------------------------------------------
 -- Waiting: a task parks with a wait record w; wake(w, ...) fires it once,
 -- from a callback, another task or a timer, and the wait returns those
