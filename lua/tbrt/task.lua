@@ -112,12 +112,15 @@ local function ensure_handles()
   check:unref()
 end
 
+-- one callback for every start of the idle handle: no closure per wake-up
+local function on_idle() drain() end
+
 local function schedule(item)
   q_tail = q_tail + 1
   queue[q_tail] = item
   if not idle_on then
     ensure_handles()
-    idle:start(function() drain() end)
+    idle:start(on_idle)
     idle_on = true
   end
 end
