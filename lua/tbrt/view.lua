@@ -59,6 +59,26 @@ return function(Link, env)
       "peer alive but silent")
   end
 
+  -- The waits are apart from the calls: the fast path (a view at once) has
+  -- no loop in it, so a caller's loop compiles into one trace with it.
+  local function send_view_wait(self, l, want, out, timeout)
+    local deadline = now() + (timeout or self.timeout)
+    while true do
+      local ok, why = self:_wait(WAIT_SEND, deadline, self.tcp and "w" or "r")
+      if not ok then
+        if why == "closed" then return nil, closed_while(self, "send_view") end
+        return nil, timed_out(self, "send_view", timeout or self.timeout)
+      end
+      if not self._l then return nil, closed_while(self, "send_view") end
+      local r = tonumber(C.tbrt_link_send_view(l, want, out))
+      if r > 0 then
+        self._sv = r
+        return out[0], r
+      end
+      if r ~= EAGAIN then return nil, self:_err(r) end
+    end
+  end
+
   function Link:send_view(want, timeout)
     local l = handle(self, "send_view")
     want = count(want, "send_view", 2)
@@ -67,22 +87,13 @@ return function(Link, env)
         self.id, self._sv), 2)
     end
     local out = slots(self).send
-    local deadline
-    while true do
-      local r = tonumber(C.tbrt_link_send_view(l, want, out))
-      if r > 0 then
-        self._sv = r
-        return out[0], r
-      end
-      if r ~= EAGAIN then return nil, self:_err(r) end
-      deadline = deadline or now() + (timeout or self.timeout)
-      local ok, why = self:_wait(WAIT_SEND, deadline, self.tcp and "w" or "r")
-      if not ok then
-        if why == "closed" then return nil, closed_while(self, "send_view") end
-        return nil, timed_out(self, "send_view", timeout or self.timeout)
-      end
-      if not self._l then return nil, closed_while(self, "send_view") end
+    local r = tonumber(C.tbrt_link_send_view(l, want, out))
+    if r > 0 then
+      self._sv = r
+      return out[0], r
     end
+    if r ~= EAGAIN then return nil, self:_err(r) end
+    return send_view_wait(self, l, want, out, timeout)
   end
 
   function Link:commit(n)
@@ -100,29 +111,36 @@ return function(Link, env)
     return true
   end
 
-  function Link:recv_view(timeout)
-    local l = handle(self, "recv_view")
-    self._rv = nil                      -- the core releases an open one first
-    local out = slots(self).recv
-    local deadline
+  local function recv_view_got(self, r, out)
+    if r > 0 then
+      self._rv = r
+      return out[0], r
+    end
+    if r == 0 then return nil, string.format("EOF: link %d: the peer closed the link", self.id) end
+    return nil, self:_err(r)
+  end
+
+  local function recv_view_wait(self, l, out, timeout)
+    local deadline = now() + (timeout or self.timeout)
     while true do
-      local r = tonumber(C.tbrt_link_recv_view(l, out))
-      if r > 0 then
-        self._rv = r
-        return out[0], r
-      end
-      if r == 0 then
-        return nil, string.format("EOF: link %d: the peer closed the link", self.id)
-      end
-      if r ~= EAGAIN then return nil, self:_err(r) end
-      deadline = deadline or now() + (timeout or self.timeout)
       local ok, why = self:_wait(WAIT_RECV, deadline, "r")
       if not ok then
         if why == "closed" then return nil, closed_while(self, "recv_view") end
         return nil, timed_out(self, "recv_view", timeout or self.timeout)
       end
       if not self._l then return nil, closed_while(self, "recv_view") end
+      local r = tonumber(C.tbrt_link_recv_view(l, out))
+      if r ~= EAGAIN then return recv_view_got(self, r, out) end
     end
+  end
+
+  function Link:recv_view(timeout)
+    local l = handle(self, "recv_view")
+    self._rv = nil                      -- the core releases an open one first
+    local out = slots(self).recv
+    local r = tonumber(C.tbrt_link_recv_view(l, out))
+    if r ~= EAGAIN then return recv_view_got(self, r, out) end
+    return recv_view_wait(self, l, out, timeout)
   end
 
   function Link:release(n)
