@@ -260,7 +260,11 @@ function Link:send(data, len, timeout)
   if not l then error("link is closed", 2) end
   if self._sv then self:_views_busy("send", "send") end
   local p, n = as_pointer(data, len, "send")
-  local done, deadline = 0, nil
+  if n == 0 then return 0 end
+  -- all of it at once: no loop on this path, so a caller's loop compiles whole
+  local first = tonumber(C.tbrt_link_send(l, p, n))
+  if first == n then return n end
+  local done, deadline = first > 0 and first or 0, nil
   while done < n do
     local r = tonumber(C.tbrt_link_send(l, p + done, n - done))
     if r > 0 then
@@ -283,9 +287,11 @@ function Link:flush(timeout)
   local l = self._l
   if not l then error("link is closed", 2) end
   if self._sv then self:_views_busy("flush", "send") end
+  local rc = C.tbrt_link_flush(l)       -- at once, outside the loop (as in send)
+  if rc == 0 then return true end
   local deadline
   while true do
-    local rc = C.tbrt_link_flush(l)
+    rc = C.tbrt_link_flush(l)
     if rc == 0 then return true end
     if rc ~= EAGAIN then return nil, self:_err(rc) end
     deadline = deadline or now() + (timeout or self.timeout)
@@ -303,7 +309,11 @@ function Link:recv_into(buf, n, timeout, some)
   if not l then error("link is closed", 2) end
   if self._rv then self:_views_busy("recv", "recv") end
   local p = ffi.cast("uint8_t *", buf)
-  local got, deadline = 0, nil
+  if n == 0 then return 0 end
+  -- all of it at once: no loop on this path, so a caller's loop compiles whole
+  local first = tonumber(C.tbrt_link_recv(l, p, n))
+  if first == n or (some and first > 0) then return first end
+  local got, deadline = first > 0 and first or 0, nil
   while got < n do
     local r = tonumber(C.tbrt_link_recv(l, p + got, n - got))
     if r > 0 then

@@ -98,12 +98,15 @@ end
 
 local drain, check_conds
 
+-- (no closures made in here: LuaJIT cannot compile a return past the
+-- upvalues they would close, and this is on every wake-up's path)
+local function turn() drain() check_conds() end
+
 local function ensure_handles()
   if idle then return end
   idle = assert(uv.new_idle())
   prepare = assert(uv.new_prepare())
   check = assert(uv.new_check())
-  local function turn() drain() check_conds() end
   prepare:start(turn)
   check:start(turn)
   -- prepare and check only watch; what keeps the loop alive is real work
