@@ -174,7 +174,7 @@ r.qperf_bw4m = measure("qperf tcp_bw 4 MiB", qperf("tcp_bw", 4194304))
 local more_rows = {}
 for _, part in ipairs({ "figures_views", "figures_scale" }) do
   local rows = dofile(root .. "/scripts/bench/" .. part .. ".lua")({ r = r, measure = measure,
-    sh = sh, build = build, tbrt = tbrt, root = root, pers = PERS, runs = RUNS })
+    sh = sh, build = build, tbrt = tbrt, root = root, pers = PERS, runs = RUNS, qperf = qperf })
   for _, row in ipairs(rows) do more_rows[#more_rows + 1] = row end
 end
 r.load_end = loadavg()
@@ -210,7 +210,7 @@ print(string.format("\nload average %s at the start, %s at the end (%d CPUs): ab
 print(string.format("%-42s %10s %10s  %-16s %7s  %s", "measure (" .. PERS .. ")", "tbrt", "anchor",
   "anchor is", "ratio", "target"))
 for _, row in ipairs(rows) do
-  local q = ratio(row[2], row[3])
+  local q = row.ratio or ratio(row[2], row[3])   -- row.ratio: the median of paired runs
   print(string.format("%-42s %10s %10s  %-16s %7s  %s", row[1], f(row[2]), f(row[3]), row[4],
     f(q, "%.2f"), row[5] and check(q, row[6], row[5]) or "(information)"))
 end

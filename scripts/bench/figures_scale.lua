@@ -9,8 +9,10 @@
 --
 --   dofile("scripts/bench/figures_scale.lua")(env) -> rows
 --
--- env as figures_views.lua's. TBRT_BENCH_SCALE_RUNS (3) runs per point,
--- the median of each figure kept; TBRT_BENCH_SCALE_LINKS ("1,2,4,16,64").
+-- env as figures_views.lua's. TBRT_BENCH_SCALE_RUNS (3) rounds, each
+-- running every point once (the ratios 64/1 are the median of the ratios
+-- within a round); the median of each figure is kept;
+-- TBRT_BENCH_SCALE_LINKS ("1,2,4,16,64").
 local cjson = require("cjson")
 
 return function(env)
@@ -42,46 +44,83 @@ return function(env)
     return next(row) and row or nil
   end
 
-  -- runs of cmd; the median of each figure, or nil and the last output
-  local function point(name, cmd)
-    local vals, last = {}, nil
-    for _ = 1, runs do
-      local out = sh("timeout 300 " .. cmd)
-      local row = parse(out)
-      if row and row.bw then
-        for _, k in ipairs(KEYS) do
-          if row[k] then vals[k] = vals[k] or {} ; table.insert(vals[k], row[k]) end
-        end
-      else
-        last = out:sub(1, 200)
-      end
-    end
-    if not vals.bw then
-      io.stderr:write(string.format("# %-34s NA: %s\n", name, tostring(last)))
+  -- one run of cmd: its figures, or nil and the output
+  local function once(cmd)
+    local out = sh("timeout 300 " .. cmd)
+    local row = parse(out)
+    if row and row.bw then return row end
+    return nil, out:sub(1, 200)
+  end
+
+  -- the median of each figure over the runs (a list of rows), or nil
+  local function medians(name, list, why)
+    if #list == 0 then
+      io.stderr:write(string.format("# %-34s NA: %s\n", name, tostring(why)))
       return nil
     end
     local m = {}
-    for k, list in pairs(vals) do m[k] = median(list) end
+    for _, k in ipairs(KEYS) do
+      local v = {}
+      for _, row in ipairs(list) do if row[k] then v[#v + 1] = row[k] end end
+      m[k] = median(v)
+    end
     io.stderr:write(string.format("# %-34s bw %.3f GB/s, lat %.2f us (worst %.2f), %s KiB and " ..
       "%.2f ms a link (%d runs)\n", name, m.bw, m.lat_us or 0, m.lat_max_us or 0,
-      m.rss_kib and string.format("%.0f", m.rss_kib) or "-", m.setup_ms or 0, #vals.bw))
+      m.rss_kib and string.format("%.0f", m.rss_kib) or "-", m.setup_ms or 0, #list))
     return m
   end
 
+  -- rounds: each runs every point once, so the points of one round share
+  -- the machine's load of that moment (ratios between them are paired)
   local P = env.pers
+  local runs_of = { c = {}, lua = {}, ring = {} }
+  local why = {}
+  local function cmd_c(n)
+    return string.format("%s/tbrt-scale soft %s links %d %d %d", env.build, P, n, SIZE, ITERS)
+  end
+  local function cmd_lua(n)
+    return string.format("%s %s/scripts/bench/scale.lua --links %d --size %d --iters %d " ..
+      "--personality %s", env.tbrt, env.root, n, SIZE, ITERS, P)
+  end
+  for round = 1, runs do
+    for _, n in ipairs(counts) do
+      for _, side in ipairs({ "c", "lua" }) do
+        runs_of[side][n] = runs_of[side][n] or {}
+        local row, w = once(side == "c" and cmd_c(n) or cmd_lua(n))
+        runs_of[side][n][round] = row or false
+        if not row then why[side .. n] = w end
+      end
+    end
+    local row, w = once(string.format("%s/tbrt-scale soft %s ring 8 %d %d", env.build, P, SIZE, 5000))
+    runs_of.ring[round] = row or false
+    if not row then why.ring = w end
+  end
+  local function good(list)
+    local ok = {}
+    for _, row in ipairs(list or {}) do if row then ok[#ok + 1] = row end end
+    return ok
+  end
   local curve = { c = {}, lua = {} }
   for _, n in ipairs(counts) do
-    local c = point(string.format("scale C, %d links", n), string.format("%s/tbrt-scale soft %s " ..
-      "links %d %d %d", env.build, P, n, SIZE, ITERS))
-    local l = point(string.format("scale Lua, %d links", n), string.format("%s %s/scripts/bench/" ..
-      "scale.lua --links %d --size %d --iters %d --personality %s", env.tbrt, env.root, n, SIZE,
-      ITERS, P))
-    if c then c.links = n ; curve.c[#curve.c + 1] = c end
-    if l then l.links = n ; curve.lua[#curve.lua + 1] = l end
+    for _, side in ipairs({ "c", "lua" }) do
+      local m = medians(string.format("scale %s, %d links", side == "c" and "C" or "Lua", n),
+        good(runs_of[side][n]), why[side .. n])
+      if m then m.links = n ; curve[side][#curve[side] + 1] = m end
+    end
   end
-  curve.ring = point("scale C, ring of 8 processes", string.format("%s/tbrt-scale soft %s ring " ..
-    "8 %d %d", env.build, P, SIZE, 5000))
+  curve.ring = medians("scale C, ring of 8 processes", good(runs_of.ring), why.ring)
   r.scale = curve
+
+  -- the median over the rounds of side's figure k at n links over 1 link
+  local function paired(side, k, n)
+    local q = {}
+    for round = 1, runs do
+      local a = runs_of[side][n] and runs_of[side][n][round]
+      local b = runs_of[side][1] and runs_of[side][1][round]
+      if a and b and a[k] and b[k] and b[k] ~= 0 then q[#q + 1] = a[k] / b[k] end
+    end
+    return median(q)
+  end
 
   -- the curve, as a table
   local function f(v, fmt) return v and string.format(fmt, v) or "-" end
@@ -162,15 +201,24 @@ unset multiplot
   local hi = counts[#counts]
   local c1, cn, l1, ln = at("c", 1), at("c", hi), at("lua", 1), at("lua", hi)
   local lbl = string.format("%d links / 1", hi)
+  local function row(label, side, k, a, b, cmp, target)
+    return { label, a[k], b[k], "1 link", cmp, target, ratio = paired(side, k, hi) }
+  end
+  local ring1 = {}
+  for round = 1, runs do
+    local a, b = runs_of.ring[round], runs_of.c[1] and runs_of.c[1][round]
+    if a and b and b.bw ~= 0 then ring1[#ring1 + 1] = a.bw / b.bw end
+  end
   return {
-    { "scale C: aggregate GB/s, " .. lbl, cn.bw, c1.bw, "1 link", nil },
-    { "scale C: latency per link, " .. lbl, cn.lat_us, c1.lat_us, "1 link", "<=", 1.5 },
-    { "scale C: memory per link, " .. lbl, cn.rss_kib, c1.rss_kib, "1 link", "<=", 1.5 },
-    { "scale C: setup per link, " .. lbl, cn.setup_ms, c1.setup_ms, "1 link", "<=", 1.5 },
-    { "scale Lua: aggregate GB/s, " .. lbl, ln.bw, l1.bw, "1 link", nil },
-    { "scale Lua: latency per link, " .. lbl, ln.lat_us, l1.lat_us, "1 link", "<=", 1.5 },
-    { "scale Lua: memory per link, " .. lbl, ln.rss_kib, l1.rss_kib, "1 link", "<=", 1.5 },
-    { "scale Lua: setup per link, " .. lbl, ln.setup_ms, l1.setup_ms, "1 link", "<=", 1.5 },
-    { "ring of 8 processes: GB/s in all (C)", curve.ring and curve.ring.bw, c1.bw, "2 procs, 1 link", nil },
+    row("scale C: aggregate GB/s, " .. lbl, "c", "bw", cn, c1, nil),
+    row("scale C: latency per link, " .. lbl, "c", "lat_us", cn, c1, "<=", 1.5),
+    row("scale C: memory per link, " .. lbl, "c", "rss_kib", cn, c1, "<=", 1.5),
+    row("scale C: setup per link, " .. lbl, "c", "setup_ms", cn, c1, "<=", 1.5),
+    row("scale Lua: aggregate GB/s, " .. lbl, "lua", "bw", ln, l1, nil),
+    row("scale Lua: latency per link, " .. lbl, "lua", "lat_us", ln, l1, "<=", 1.5),
+    row("scale Lua: memory per link, " .. lbl, "lua", "rss_kib", ln, l1, "<=", 1.5),
+    row("scale Lua: setup per link, " .. lbl, "lua", "setup_ms", ln, l1, "<=", 1.5),
+    { "ring of 8 processes: GB/s in all (C)", curve.ring and curve.ring.bw, c1.bw,
+      "2 procs, 1 link", nil, ratio = median(ring1) },
   }
 end
