@@ -16,6 +16,8 @@
 
 BUILD    ?= build
 PREFIX   ?= /usr/local
+# Prefixes whose lib/ the dynamic linker searches: install runs ldconfig there.
+SYSTEM_PREFIXES := /usr /usr/local
 CC       ?= cc
 LUAJIT   ?= luajit
 SANITIZE ?=
@@ -153,6 +155,10 @@ install: all
 	cd lua && find tbrt -name '*.lua' | while read f; do \
 	  install -D -m 644 "$$f" "$(DESTDIR)$(PREFIX)/share/tbrt/lua/$$f" || exit 1; done
 	if [ -d scripts ]; then cp -r scripts $(DESTDIR)$(PREFIX)/share/tbrt/; fi
+	@# a system prefix's lib/ is on the dynamic linker's path: refresh its
+	@# cache; other prefixes need LD_LIBRARY_PATH or -rpath (README, Install)
+	@if [ -z "$(DESTDIR)" ] && case " $(SYSTEM_PREFIXES) " in *" $(PREFIX) "*) true;; *) false;; esac; then \
+	  echo "ldconfig"; ldconfig; fi
 
 clean:
 	rm -rf build build-asan

@@ -8,8 +8,11 @@ set -eu
 
 PKGS="build-essential pkg-config luajit libluajit-5.1-dev libuv1-dev lua-luv lua-luv-dev
 libibverbs-dev lua-busted lua-cjson lua-argparse iproute2 procps"
+# tbrt matrix: its plots, and the launchers its specs start for real
+# (OpenSSH's sshd, Open MPI's mpirun, a one-node Slurm with munge)
+PKGS="$PKGS gnuplot-nox openssh-client openssh-server openmpi-bin slurmctld slurmd slurm-client munge"
 if [ "${1:-}" = bench ]; then
-  PKGS="$PKGS qperf ucx-utils libucx0 gnuplot-nox"
+  PKGS="$PKGS qperf ucx-utils libucx0"
 fi
 
 missing=""

@@ -1,7 +1,6 @@
 -- cli_spec.lua - the tbrt command line (tbrt.cli): options before the
--- script, -i, --help/--version, `tbrt devices [-v]` against what the library
--- reports on this machine, and stdin that is not a terminal read a chunk
--- at a time.
+-- script, -i, -l, the global tbrt, --help/--version, and stdin that is not
+-- a terminal read a chunk at a time. (`tbrt devices`: devices_spec.lua.)
 local H = require("helpers")
 
 local dir
@@ -74,6 +73,7 @@ describe("tbrt options", function()
     dir = H.tmpdir()
     H.write_file(dir .. "/devices", "print('the file named devices', ...)\n")
     H.write_file(dir .. "/args.lua", "print(select('#', ...), ...)\n")
+    H.write_file(dir .. "/uses_tbrt.lua", "print(tbrt.version .. ' ' .. type(tbrt.connect))\n")
   end)
   teardown(function() H.rmtree(dir) end)
 
@@ -88,8 +88,10 @@ describe("tbrt options", function()
     end
     local r = H.run_tbrt({ "devices", "--help" })
     ok_run(r)
-    assert.matches("^usage: tbrt devices %[%-v%]\n", r.stdout)
-    assert.matches("%-v, %-%-verbose", r.stdout)
+    assert.matches("^usage: tbrt devices %[%-v%] %[%-d DEV%] %[%-i PORT%] %[%-%-json%]\n", r.stdout)
+    for _, opt in ipairs({ "-v, --verbose", "-d DEV", "--ib-dev DEV", "-i PORT", "--ib-port PORT", "--json" }) do
+      assert.matches(opt:gsub("%p", "%%%0"), r.stdout)
+    end
   end)
 
   it("prints the versions", function()
@@ -110,6 +112,30 @@ describe("tbrt options", function()
     local r = H.run_tbrt({ "-e", "-- a comment", "-e", "print('ran')", "-iep=1" }, { stdin = "p\n" })
     ok_run(r)
     assert.equal("ran\n1\n", r.stdout)
+  end)
+
+  it("gives -e code and scripts the library as the global tbrt, as the REPL has it", function()
+    local r = H.run_tbrt({ "-e", "print(tbrt == require('tbrt'), tbrt.verbs == require('tbrt.verbs'))" })
+    ok_run(r)
+    assert.equal("true\ttrue\n", r.stdout)
+    r = H.run_tbrt({ dir .. "/uses_tbrt.lua" })
+    ok_run(r)
+    assert.equal("0.1.0 function\n", r.stdout:gsub("^%d+%.%d+%.%d+", "0.1.0"))
+    -- loaded when first used: -e code can still set up the loader first
+    r = H.run_tbrt({ "-e", "print(package.loaded['tbrt.ffi'] == nil) print(tbrt ~= nil)" })
+    ok_run(r)
+    assert.equal("true\ntrue\n", r.stdout)
+  end)
+
+  it("sets the global NAME for -l NAME, as lua -l does (G=NAME names it)", function()
+    local r = H.run_tbrt({ "-l", "cjson", "-l", "tbrt.verbs", "-l", "J=cjson", "-e",
+      "print(cjson == require('cjson'), verbs == require('tbrt.verbs'), J == cjson)" })
+    ok_run(r)
+    assert.equal("true\ttrue\ttrue\n", r.stdout)
+    r = H.run_tbrt({ "-l", "no_such_module_here", "-e", "print('not reached')" })
+    ok_run(r, 1)
+    assert.matches("^tbrt: %-l no_such_module_here: module 'no_such_module_here' not found", r.stderr)
+    assert.equal("", r.stdout)
   end)
 
   it("runs a script named devices when asked as ./devices or after --", function()
@@ -134,87 +160,5 @@ describe("tbrt options", function()
       assert.matches("^tbrt: " .. c[2] .. "[^\n]*\n.-usage: tbrt", r.stderr)
       assert.equal("", r.stdout)
     end
-  end)
-end)
-
-describe("tbrt devices", function()
-  local tbrt = require("tbrt")
-
-  local function line_of(out, name)
-    for l in out:gmatch("[^\n]+") do
-      if l:sub(1, #name + 1) == name .. " " then return l end
-    end
-  end
-
-  it("lists every device the library sees, and why an unusable one is", function()
-    local r = H.run_tbrt({ "devices" })
-    ok_run(r)
-    local list = tbrt.devices()
-    local names = {}
-    for _, d in ipairs(list) do
-      names[d.name] = d
-      local l = line_of(r.stdout, d.name)
-      assert.is_not_nil(l, d.name .. " missing from\n" .. r.stdout)
-      local _, kind, pers, flavor, state = l:match("^(%S+)%s+(%S+)%s+(%S+)%s+(%S+)%s+(.*)$")
-      assert.equal(d.kind, kind, l)
-      assert.equal(d.personality ~= "" and d.personality or "-", pers, l)
-      assert.equal(d.flavor, flavor, l)
-      assert.equal(d.usable and "usable" or ("unavailable: " .. d.why), state, l)
-    end
-    assert.equal(#list, select(2, r.stdout:gsub("\n", "")))
-    -- on this machine: both soft devices, and ibverbs with the reason
-    assert.is_true(names.soft0 and names.soft0.usable, r.stdout)
-    assert.is_true(names.soft1 and names.soft1.usable, r.stdout)
-    assert.is_not_nil(names.ibverbs, r.stdout)
-    if not names.ibverbs.usable then
-      assert.matches("\nibverbs +ibverbs +%- +%a+ +unavailable: %S", "\n" .. r.stdout)
-      assert.is_true(#names.ibverbs.why > 0)
-    end
-  end)
-
-  -- The indented lines under a device's line (nil: no such device).
-  local function block_of(out, name)
-    local lines, inside = {}, nil
-    for l in out:gmatch("[^\n]+") do
-      if l:sub(1, 1) ~= " " then
-        if inside then break end
-        inside = l:sub(1, #name + 1) == name .. " " or nil
-      elseif inside then
-        lines[#lines + 1] = l
-      end
-    end
-    if not inside then return nil end
-    return #lines > 0 and (table.concat(lines, "\n") .. "\n") or ""
-  end
-
-  it("with -v lists the ports, their states and GIDs of each usable device", function()
-    local r = H.run_tbrt({ "devices", "-v" })
-    ok_run(r)
-    local verbs = require("tbrt.verbs")
-    for _, d in ipairs(tbrt.devices()) do
-      local block = block_of(r.stdout, d.name)
-      assert.is_not_nil(block, d.name .. " missing from\n" .. r.stdout)
-      if d.usable then
-        -- a device model makes its link-local GID from a fresh MAC each
-        -- time it is opened: only GIDs that two opens agree on are compared
-        local dev, again = assert(verbs.open(d.name)), assert(verbs.open(d.name))
-        local attr = assert(dev:query())
-        for p = 1, attr.phys_port_cnt do
-          local pa = assert(dev:port(p))
-          assert.matches("  port " .. p .. " " .. pa.state .. " mtu " .. pa.active_mtu .. "\n", block)
-          local other = assert(again:gids(p))
-          for i, g in ipairs(assert(dev:gids(p))) do
-            local text = g.text == other[i].text and g.text:gsub("%p", "%%%0") or "%S+"
-            assert.matches("    gid " .. g.index .. " " .. text .. (g.type and ("  " .. g.type) or "") .. "\n", block)
-          end
-        end
-        dev:close()
-        again:close()
-      else
-        assert.equal("", block, d.name .. " is not usable: nothing listed under it")
-      end
-    end
-    assert.matches("\n  port 2 ACTIVE mtu %d+\n[^\n]*\n    gid 1 ::ffff:127%.0%.0%.1\n",
-      "\n" .. block_of(r.stdout, "soft0"))
   end)
 end)

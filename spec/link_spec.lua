@@ -81,11 +81,43 @@ describe("links", function()
     a:close() ; b:close()
   end))
 
+  it("refuse a peer without RDMA under fallback = false; mark one that is accepted", L.async(function()
+    -- L.pair(client opts, server opts): the client has no RDMA to offer
+    local a, b, aerr, berr = L.pair({ device = "tcp" }, { device = "soft", fallback = false })
+    assert.is_nil(b)
+    assert.matches("^ENOTSUP: link %d+: caps exchange: the peer offers no RDMA %(it sent all%-zero " ..
+      "caps: it asked for tcp, or has no usable device%) and this side asked for soft0 with " ..
+      "fallback = false", berr)
+    assert.is_nil(a)
+    assert.matches("readiness", aerr)
+    a, b = L.pair({ device = "tcp" }, { device = "soft" })
+    assert(a and b)
+    assert.equal("tcp", b:info().kind)
+    assert.is_true(b.peer_no_rdma)
+    assert.is_nil(a.peer_no_rdma)        -- it offered none itself
+    a:close() ; b:close()
+  end))
+
+  it("end a wait with ECANCELED when another task closes the link meanwhile", L.async(function()
+    for _, device in ipairs({ "soft", "tcp" }) do
+      local a, b = L.pair({ device = device })
+      local waiter = task.spawn(function() return b:recv(10, 5) end)
+      task.sleep(0.05)
+      assert(b:close())
+      local data, err = waiter:join(5)
+      assert.is_nil(data)
+      assert.matches("^ECANCELED: link %d+: recv: the link was closed %(by another task%) while " ..
+        "this one waited", err)
+      a:close()
+    end
+  end))
+
   it("keep the loop running while a recv waits: a timer fires meanwhile", L.async(function()
     local a, b = L.pair({ device = "soft" })
     local ticks = 0
     local timer = require("luv").new_timer()
     timer:start(10, 10, function() ticks = ticks + 1 end)
+    require("luv").update_time()   -- the sleep's timer starts from now, not a stale loop time
     local t0 = tbrt.now()
     local r = task.spawn(function() return b:recv(5, 5) end)
     task.sleep(0.1)
@@ -139,7 +171,7 @@ describe("links", function()
 
   it("raise on misuse and return errors for failures", L.async(function()
     assert.has_error(function() tbrt.listen("127.0.0.1", 0, { devcie = "soft" }) end,
-      "unknown link option \"devcie\" (valid: connect_timeout, device, exchange, fallback, framing, gid_index, liveness, nbuf, pci, personality, port, ports, qp_type, spin, stride, timeout, trace)")
+      "unknown link option \"devcie\" (valid: connect_timeout, device, exchange, fallback, framing, gid_index, liveness, nbuf, pci, personality, port, ports, qp_type, spin, stall, stride, timeout, trace)")
     assert.has_error(function() tbrt.listen("127.0.0.1", 0, { nbuf = "16" }) end,
       "link option nbuf must be a number, got string")
     assert.has_error(function() tbrt.listen("127.0.0.1", 0, { framing = "elastic" }) end)

@@ -88,6 +88,6 @@ describe("scripts/pair.lua --framing", function()
     assert.equal(0, r.code, r.stderr)
     assert.matches("link: soft0 linux%-rc port 1 .*llama%-linux framing, RC, 24 x 262144 B strides",
       r.stdout)
-    assert.matches("\n%s+300 KiB%s+20%s", r.stdout)
+    assert.matches("\n%s+300 KiB%s+5%s", r.stdout)
   end)
 end)

@@ -17,9 +17,18 @@
 #include <unistd.h>
 
 #include "engine/link.h"
+#include "util/debug.h"
 #include "util/util.h"
 
 static atomic_int next_link_id = 1;
+
+/* Bytes of the "link N: " that starts s (a message of this link). */
+size_t link_prefix_len(const tbrt_link *l, const char *s)
+{
+    char p[32];
+    int n = snprintf(p, sizeof p, "link %d: ", l->id);
+    return n > 0 && strncmp(s, p, (size_t)n) == 0 ? (size_t)n : 0;
+}
 
 static void set_why(tbrt_link *l, const char *fmt, va_list ap)
 {
@@ -38,6 +47,9 @@ int link_fail(tbrt_link *l, int err, const char *fmt, ...)
     va_end(ap);
     l->err = err;
     l->state = TBRT_LINK_BROKEN;
+    if (DBG_ON(DBG_EVENT))
+        dbg_line(l->id, "broken (%s): %s", tbrt_errname(err),
+                 l->why + link_prefix_len(l, l->why));
     return -err;
 }
 
@@ -47,6 +59,9 @@ int link_note(tbrt_link *l, int err, const char *fmt, ...)
     va_start(ap, fmt);
     set_why(l, fmt, ap);
     va_end(ap);
+    if (DBG_ON(DBG_EVENT))
+        dbg_line(l->id, "call failed (%s): %s", tbrt_errname(err),
+                 l->why + link_prefix_len(l, l->why));
     return -err;
 }
 
@@ -62,10 +77,14 @@ intptr_t link_took(tbrt_link *l, intptr_t rc)
 /* An RDMA link's socket carries nothing but the goodbye byte once the link
  * is up, so it is looked at every millisecond or so, busy or idle (a UC
  * send to a dead peer completes like any other); the clock is read every
- * 64th call only. A tcp link's socket is its data: recv tells. */
-static int live_tick(tbrt_link *l)
+ * 64th call only. A tcp link's socket is its data: recv tells of a process
+ * gone (EOF) and keepalive of an idle host gone; a waiting caller (progress)
+ * also looks whether our bytes go unacknowledged. */
+static int live_tick(tbrt_link *l, bool waiting)
 {
-    if (!l->x.dev || (++l->live_tick & 63) != 0)
+    if (!l->x.dev)
+        return waiting ? link_check_tcp_acks(l, now_s()) : 0;
+    if ((++l->live_tick & 63) != 0)
         return 0;
     return link_check_liveness(l, false);
 }
@@ -75,16 +94,54 @@ int link_progress(tbrt_link *l)
     int n = (int)link_took(l, l->t->progress(&l->x));
     if (n < 0)
         return n;
-    int rc = live_tick(l);
+    int rc = live_tick(l, true);
     return rc ? rc : n;
+}
+
+/* A send or flush found no room: the peer is slow, stopped or gone. Gone is
+ * told within the liveness bound (tcp: our bytes unacknowledged; RDMA: the
+ * bootstrap socket, in progress); alive but not progressing within
+ * opts.stall when it is set (the link stays usable), else the caller's
+ * timeout bounds it. RDMA rings fill and drain without syscalls, so there
+ * the clock is read only when a stall bound asks for it. */
+static int send_blocked(tbrt_link *l, const char *op)
+{
+    bool tcp = !l->x.dev;
+    if (!tcp && (l->opts.stall <= 0 || ((++l->blocked_tick & 15) != 0 && l->stall_since > 0)))
+        return -EAGAIN;
+    double now = now_s();
+    if (l->stall_since <= 0) {
+        l->stall_since = now;
+        return -EAGAIN;
+    }
+    if (tcp) {
+        int rc = link_check_tcp_acks(l, now);
+        if (rc)
+            return rc;
+    }
+    if (l->opts.stall > 0 && now - l->stall_since >= l->opts.stall) {
+        double s = now - l->stall_since;
+        l->stall_since = 0;     /* the next call waits a whole bound again */
+        return link_note(l, ETIMEDOUT, "%s: peer alive but not progressing: nothing could be "
+                         "sent for %.3g s (the stall bound, opts.stall %.3g s); its host "
+                         "still answers, so it is stopped, busy or not reading", op, s,
+                         l->opts.stall);
+    }
+    return -EAGAIN;
 }
 
 /* Make the transport named by t, after select.c filled in the device. */
 static int transport_setup(tbrt_link *l, const struct link_transport *t, char *err, size_t errlen)
 {
-    int rc = t == &link_rdma          ? link_rdma_setup(&l->x, err, errlen)
+    int rc;
+    if (t == &link_tcp && l->x.inject == LINK_INJECT_FALLBACK_SETUP) {
+        l->x.inject = 0;        /* test hook: as if the buffer could not be had */
+        rc = err_set(err, errlen, ENOMEM, "link %d: tcp setup: out of memory (injected)", l->id);
+    } else {
+        rc = t == &link_rdma          ? link_rdma_setup(&l->x, err, errlen)
              : t == &link_llama_linux ? link_llama_linux_setup(&l->x, err, errlen)
                                       : link_tcp_setup(&l->x, err, errlen);
+    }
     if (rc == 0)
         l->t = t;
     return rc;
@@ -130,6 +187,8 @@ static int normalize(tbrt_link *l, const tbrt_link_opts *in, char *err, size_t e
         o->liveness = d.liveness;
     if (!(o->spin >= 0))
         o->spin = -1;           /* NaN too */
+    if (!(o->stall > 0))
+        o->stall = 0;
     if (o->nbuf < 2 || o->nbuf > 4096)
         return err_set(err, errlen, EINVAL, "link %d: nbuf %u out of range 2..4096", l->id, o->nbuf);
     if (o->stride < 4096 || o->stride % 4096 || o->stride > (64u << 20))
@@ -185,6 +244,7 @@ int tbrt_link_probe(int fd, const tbrt_link_opts *opts, tbrt_link **out, uint8_t
     l->x.link_id = l->id;
     l->x.fd = fd;
     l->x.opts = &l->opts;
+    l->x.t0 = now_s();
     l->x.pend_buf = -1;
     l->x.gid_index = -1;
     int rc = normalize(l, opts, err, errlen);
@@ -212,6 +272,9 @@ int tbrt_link_probe(int fd, const tbrt_link_opts *opts, tbrt_link **out, uint8_t
     }
     l->state = TBRT_LINK_PROBED;
     fill_info(l);
+    if (DBG_ON(DBG_EVENT))
+        dbg_line(l->id, "probed: %s%s", l->info.why_device,
+                 l->x.qp ? "" : " (no queue pair: the tcp link)");
     if (caps_out) {
         tbrt_caps c = {.flavor = l->x.dev ? link_caps_flavor(l) : 0, .qpn = l->info.qpn,
                        .psn = l->x.psn, .lid = l->x.lid};
@@ -242,11 +305,19 @@ int tbrt_link_activate(tbrt_link *l, const uint8_t *peer_caps, size_t len)
         if (l->x.dev) {
             l->t->teardown(&l->x);
             l->x.teardown_log[0] = 0;
+            l->t = NULL;        /* nothing carries the link until tcp is set up */
             l->fallback = true;
-            transport_setup(l, &link_tcp, why, sizeof why);
+            if ((rc = transport_setup(l, &link_tcp, why, sizeof why)) != 0) {
+                link_send_byte(l, 0);   /* the peer fails with us */
+                return link_fail(l, -rc, "activate: the peer has no RDMA, and the tcp link "
+                                 "to stay on cannot be set up: %s", why + link_prefix_len(l, why));
+            }
             fill_info(l);
             str_copy(l->info.why_device, sizeof l->info.why_device,
                      "tcp: the peer sent all-zero caps (no RDMA), so both sides stay on TCP");
+            str_copy(l->info.fallback, sizeof l->info.fallback, LINK_PEER_NO_RDMA);
+            if (DBG_ON(DBG_EVENT))
+                dbg_line(l->id, "%s", LINK_PEER_NO_RDMA);
         }
         rc = 0;
     } else {
@@ -299,6 +370,17 @@ int tbrt_link_ready(tbrt_link *l)
     if (b != TBRT_READY_BYTE)
         return link_fail(l, EPROTO, "readiness: byte 0x%02x, expected 0x2A", b);
     l->state = TBRT_LINK_READY;
+    if (DBG_ON(DBG_EVENT)) {
+        if (l->x.dev)
+            dbg_line(l->id, "ready: %s qpn %u <-> peer qpn %u, %s, %s framing, %u x %u-byte "
+                     "strides each way (%.3f ms after probe)", l->info.device, l->info.qpn,
+                     l->info.peer_qpn, dev_qp_type_name(l->x.qp_type),
+                     l->x.framing == TBRT_FRAMING_FIXED ? "fixed" : "variable", l->x.nbuf,
+                     l->x.stride, (now_s() - l->x.t0) * 1e3);
+        else
+            dbg_line(l->id, "ready: tcp%s (%.3f ms after probe)",
+                     l->fallback ? " (fallback)" : "", (now_s() - l->x.t0) * 1e3);
+    }
     return 0;
 }
 
@@ -327,11 +409,26 @@ intptr_t tbrt_link_send(tbrt_link *l, const void *buf, size_t len)
     if (len == 0)
         return 0;
     intptr_t n = link_took(l, l->t->send(&l->x, buf, len));
-    if (n == -EAGAIN)
+    if (n == -EAGAIN) {
         l->x.stats.eagain++;
+        return send_blocked(l, "send");
+    }
+    if (n > 0) {
+        l->stall_since = 0;
+        if (DBG_ON(DBG_OP))
+            dbg_line(l->id, "send: %zd of %zu bytes accepted", n, len);
+    }
     /* a send that never has to wait must still notice a dead peer */
-    if (n >= 0 && (rc = live_tick(l)) != 0)
+    if (n >= 0 && (rc = live_tick(l, false)) != 0)
         return rc;
+    return n;
+}
+
+/* A recv's result, logged at TBRT_DEBUG=2 when bytes moved. */
+static intptr_t recv_done(tbrt_link *l, intptr_t n, size_t len)
+{
+    if (n > 0 && DBG_ON(DBG_OP))
+        dbg_line(l->id, "recv: %zd bytes (asked up to %zu)", n, len);
     return n;
 }
 
@@ -339,8 +436,9 @@ intptr_t tbrt_link_recv(tbrt_link *l, void *buf, size_t len)
 {
     if (!l || (!buf && len))
         return -EINVAL;
-    if (l->state == TBRT_LINK_BROKEN && l->x.peer_dead && l->t->readable(&l->x) && len)
-        return link_took(l, l->t->recv(&l->x, buf, len)); /* what arrived before the peer died */
+    if (l->state == TBRT_LINK_BROKEN && l->x.peer_dead && l->t && l->t->readable(&l->x) && len)
+        /* what arrived before the peer died */
+        return recv_done(l, link_took(l, l->t->recv(&l->x, buf, len)), len);
     int rc = link_usable(l, "recv");
     if (rc || (rc = views_busy_recv(l, "recv")) != 0)
         return rc;
@@ -356,12 +454,14 @@ intptr_t tbrt_link_recv(tbrt_link *l, void *buf, size_t len)
         intptr_t n = link_took(l, l->t->recv(&l->x, buf, len));
         if (n == -EAGAIN)
             l->x.stats.eagain++;
-        return n;
+        return recv_done(l, n, len);
     }
     if (!l->t->readable(&l->x)) {
         int n = link_progress(l);
         if (n < 0)
-            return l->t->readable(&l->x) ? link_took(l, l->t->recv(&l->x, buf, len)) : n;
+            return l->t->readable(&l->x)
+                       ? recv_done(l, link_took(l, l->t->recv(&l->x, buf, len)), len)
+                       : n;
     }
     if (!l->t->readable(&l->x)) {
         if (l->bye || l->x.eof)
@@ -369,7 +469,7 @@ intptr_t tbrt_link_recv(tbrt_link *l, void *buf, size_t len)
         l->x.stats.eagain++;
         return -EAGAIN;
     }
-    return link_took(l, l->t->recv(&l->x, buf, len));
+    return recv_done(l, link_took(l, l->t->recv(&l->x, buf, len)), len);
 }
 
 int tbrt_link_flush(tbrt_link *l)
@@ -379,7 +479,20 @@ int tbrt_link_flush(tbrt_link *l)
     int rc = link_usable(l, "flush");
     if (rc || (rc = views_busy_send(l, "flush")) != 0)
         return rc;
-    return (int)link_took(l, l->t->flush(&l->x));
+    size_t pending = l->x.dev ? (l->x.pend_buf >= 0 ? l->x.pend_len : 0) : l->x.tcp_len;
+    rc = (int)link_took(l, l->t->flush(&l->x));
+    if (pending && DBG_ON(DBG_OP))
+        dbg_line(l->id, "flush: %zu bytes %s", pending,
+                 rc == 0 ? (l->x.dev ? "posted" : "written") : rc == -EAGAIN ? "waiting for room"
+                                                                           : "failed");
+    if (rc == -EAGAIN) {
+        if (!l->x.dev && l->x.tcp_len < pending)
+            l->stall_since = 0;     /* part went out: moving, only slowly */
+        return send_blocked(l, "flush");
+    }
+    if (rc == 0 && pending)
+        l->stall_since = 0;
+    return rc;
 }
 
 int tbrt_link_progress(tbrt_link *l)
@@ -492,7 +605,7 @@ const char *tbrt_link_teardown(tbrt_link *l) { return l ? l->x.teardown_log : ""
 
 int tbrt_link_inject(tbrt_link *l, int what)
 {
-    if (!l || what < 1 || what > 4 || !l->x.dev)
+    if (!l || what < 1 || what > LINK_INJECT_FALLBACK_SETUP || !l->x.dev)
         return -EINVAL;
     if (l->x.framing == TBRT_FRAMING_LLAMA_LINUX ||
         (l->x.framing == TBRT_FRAMING_LLAMA_APPLE && what > 2))
@@ -529,6 +642,13 @@ static int link_close(tbrt_link *l, bool drain)
         l->x.fd = -1;
     }
     l->state = TBRT_LINK_CLOSED;
+    if (DBG_ON(DBG_EVENT))
+        dbg_line(l->id, "closed: %llu bytes sent in %llu frames, %llu received in %llu; "
+                 "teardown %s%s%s", (unsigned long long)l->x.stats.bytes_sent,
+                 (unsigned long long)l->x.stats.frames_sent,
+                 (unsigned long long)l->x.stats.bytes_recv,
+                 (unsigned long long)l->x.stats.frames_recv, l->x.teardown_log,
+                 l->x.close_err ? "; " : "", l->x.close_err ? l->x.close_why : "");
     if (l->x.close_err)
         return link_note(l, l->x.close_err, "close: %s", l->x.close_why);
     return 0;

@@ -13,6 +13,11 @@
 #include "engine/transport/transport.h"
 #include "engine/views.h"
 
+/* tbrt_link_inject: the fallback's tcp setup fails (after the frame hooks 1..4) */
+#define LINK_INJECT_FALLBACK_SETUP 5
+/* The event and link info text when the peer's caps are all zero. */
+#define LINK_PEER_NO_RDMA "peer has no RDMA: staying on TCP"
+
 struct tbrt_link {
     int id;
     int state;                  /* enum tbrt_link_state */
@@ -26,7 +31,10 @@ struct tbrt_link {
     bool fallback;              /* RDMA link that fell back to TCP */
     double last_live_check;
     double last_port_check;
+    double last_ack_check;
     unsigned live_tick;
+    double stall_since;         /* first send that found no room, 0: not stalled */
+    unsigned blocked_tick;
     bool ready_sent;
     struct link_views views;    /* open zero-copy views (views.c) */
     struct xport x;             /* the transport's state (transport.h) */
@@ -37,13 +45,14 @@ struct tbrt_link {
 int link_fail(tbrt_link *l, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A failure of one call that leaves the link usable (a timeout); -err. */
 int link_note(tbrt_link *l, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Length of the "link N: " prefix of s, a message of l (0 if none). */
+size_t link_prefix_len(const tbrt_link *l, const char *s);
 /* Whether the link may be used for data now; 0, or -errno with a message. */
 int link_usable(tbrt_link *l, const char *op);
 
 /* wait.c: spin, then sleep on the fds, until cond holds or timeout (s). */
 typedef bool (*link_cond)(tbrt_link *l, void *arg);
-int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, const char *what,
-              bool writing);
+int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, bool writing);
 int link_wait_idle(tbrt_link *l, double timeout);
 
 /* A transport call's result: a failure the transport recorded (xport_fail)
@@ -58,6 +67,9 @@ int link_socket_setup(tbrt_link *l, char *err, size_t errlen);
  * error mark the peer closed/dead. force: do it now, not rate-limited. */
 int link_check_liveness(tbrt_link *l, bool force);
 int link_send_byte(tbrt_link *l, uint8_t b);
+/* tcp links: our bytes unacknowledged for the liveness bound mean the peer
+ * host is gone (breaks the link); rate-limited. */
+int link_check_tcp_acks(tbrt_link *l, double now);
 /* 1 byte read, 0 would block, <0 error (EOF is -ECONNRESET). */
 int link_recv_byte(tbrt_link *l, uint8_t *b);
 

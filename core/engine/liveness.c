@@ -4,8 +4,20 @@
  * something to send. Once a link is up nothing else crosses the bootstrap
  * socket, so anything that makes it readable means the end of the peer:
  * the goodbye byte (an orderly close), EOF (the process died: the kernel
- * closes its sockets), or an error. For a host that vanishes without a FIN,
- * TCP keepalive and TCP_USER_TIMEOUT are set from the liveness bound. */
+ * closes its sockets), or an error.
+ *
+ * Two things are told apart, each with its own bound (tbrt.h):
+ *   - peer gone (opts.liveness): its process died (EOF, at once), or its
+ *     host stopped answering TCP: keepalive probes on an idle socket (set
+ *     from the bound), and, while our bytes wait for an acknowledgement, no
+ *     acknowledgement for the bound (TCP_INFO). The link breaks.
+ *   - peer alive but not progressing (a stopped or busy process: its kernel
+ *     still acknowledges and answers window probes): never "gone"; a send
+ *     that moves nothing fails after opts.stall, or the call's timeout. The
+ *     link stays usable.
+ * TCP_USER_TIMEOUT is not set: it would also abort a connection whose
+ * reader merely stopped reading (zero window probes answered) once the
+ * bound passes, declaring a live but slow peer dead. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -24,6 +36,8 @@
  * the port's state. */
 #define LIVENESS_CHECK_EVERY 0.001
 #define PORT_CHECK_EVERY 0.02
+/* A tcp link's acknowledgements (TCP_INFO) are looked at this often. */
+#define ACK_CHECK_EVERY 0.01
 
 int link_socket_setup(tbrt_link *l, char *err, size_t errlen)
 {
@@ -51,9 +65,30 @@ int link_socket_setup(tbrt_link *l, char *err, size_t errlen)
     setsockopt(l->x.fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
     setsockopt(l->x.fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
     setsockopt(l->x.fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
-    unsigned ut = (unsigned)(l->opts.liveness * 1000.0);
+    /* a socket handed over with a user timeout of its own keeps none */
+    unsigned ut = 0;
     setsockopt(l->x.fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut);
     return 0;
+}
+
+int link_check_tcp_acks(tbrt_link *l, double now)
+{
+    if (l->x.peer_dead || now - l->last_ack_check < ACK_CHECK_EVERY)
+        return 0;
+    l->last_ack_check = now;
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (getsockopt(l->x.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 || len < sizeof ti)
+        return 0;
+    /* unacknowledged segments and no acknowledgement for the bound: a live
+     * host acknowledges within round trips (even with a zero window), so
+     * this is the host gone or the path to it cut */
+    if (ti.tcpi_unacked == 0 || ti.tcpi_last_ack_recv < (uint32_t)(l->opts.liveness * 1000.0))
+        return 0;
+    l->x.peer_dead = true;
+    return link_fail(l, ETIMEDOUT, "peer host acknowledged nothing for %.1f s while %u segments "
+                     "of ours waited (peer host dead or unreachable; liveness bound %.3g s)",
+                     ti.tcpi_last_ack_recv / 1000.0, ti.tcpi_unacked, l->opts.liveness);
 }
 
 int link_send_byte(tbrt_link *l, uint8_t b)

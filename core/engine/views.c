@@ -192,7 +192,12 @@ intptr_t tbrt_link_send_view_wait(tbrt_link *l, size_t want, uint8_t **out, doub
         return -EINVAL;
     struct view_arg a = {.want = want};
     if (!cond_send_view(l, &a)) {
-        int rc = link_wait(l, cond_send_view, &a, view_timeout(l, timeout), "send_view", true);
+        double t = view_timeout(l, timeout);
+        int rc = link_wait(l, cond_send_view, &a, t, true);
+        if (rc == -ETIMEDOUT)
+            return link_note(l, ETIMEDOUT, "send_view: no room within %.3g s (the call's "
+                             "timeout): every stride is in flight and the peer, alive, is not "
+                             "taking them (not reading?)", t);
         if (rc)
             return rc;
     }
@@ -207,7 +212,12 @@ intptr_t tbrt_link_recv_view_wait(tbrt_link *l, const uint8_t **out, double time
         return -EINVAL;
     struct view_arg a = {0};
     if (!cond_recv_view(l, &a)) {
-        int rc = link_wait(l, cond_recv_view, &a, view_timeout(l, timeout), "recv_view", false);
+        double t = view_timeout(l, timeout);
+        int rc = link_wait(l, cond_recv_view, &a, t, false);
+        if (rc == -ETIMEDOUT)
+            return link_note(l, ETIMEDOUT, "recv_view: nothing arrived within %.3g s (the "
+                             "call's timeout); the peer is alive but sent nothing more: check "
+                             "that it sends, and flushes after its last send", t);
         if (rc)
             return rc;
     }

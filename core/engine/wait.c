@@ -1,23 +1,27 @@
 /* wait.c - how a link waits: spin while the device makes progress, then arm
  * the completion queue and sleep on its fd and the bootstrap socket, never
- * past the deadline; and the blocking calls for plain C callers built on it
- * (activate_wait, send_all, recv_all, recv_some, the drain before close). */
+ * past the deadline; the blocking calls for plain C callers built on it
+ * (activate_wait, send_all, recv_all, recv_some, the drain before close);
+ * and what a wait that ran out says to check (tbrt_link_timed_out). */
 #include <errno.h>
+#include <linux/sockios.h>
 #include <math.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "engine/link.h"
+#include "util/debug.h"
 #include "util/util.h"
 
 /* Spin while there is progress, then sleep on the completion fd and the
  * bootstrap socket; never past the deadline. writing: the tcp link waits
- * for room in the socket rather than for bytes. */
-int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, const char *what,
-                     bool writing)
+ * for room in the socket rather than for bytes. Returns 0, an error, or
+ * -ETIMEDOUT without a message: the caller knows what to say. */
+int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, bool writing)
 {
-    bool tcp_out = writing && !l->x.dev;
+    bool tcp = !l->x.dev, tcp_out = writing && tcp;
     double spin = link_spin(l);
     double now = now_s(), deadline = now + timeout, spin_until = now + spin;
     /* the clock costs as much as a poll of the queue (more in a VM): read
@@ -44,11 +48,11 @@ int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, const cha
             restart = false;
         }
         if (now >= deadline)
-            return link_note(l, ETIMEDOUT, "%s: not done within %.3g s", what, timeout);
+            return -ETIMEDOUT;
         if (now < spin_until)
             continue;
         /* a socket needs no arming: poll() is level-triggered */
-        int a = l->x.dev ? tbrt_link_arm(l) : 0;
+        int a = tcp ? 0 : tbrt_link_arm(l);
         if (a < 0)
             return a;
         if (a > 0) {
@@ -60,6 +64,10 @@ int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, const cha
         for (int i = 0; i < nf; i++)
             p[i] = (struct pollfd){.fd = fds[i], .events = tcp_out ? POLLOUT : POLLIN};
         double nap = deadline - now, cap = tbrt_link_sleep_max(l);
+        /* a tcp link wakes to look at its acknowledgements: a host gone
+         * while our bytes wait makes the socket neither readable nor writable */
+        if (tcp && (cap < 0 || cap > l->opts.liveness / 4))
+            cap = l->opts.liveness / 4;
         if (cap >= 0 && cap < nap)
             nap = cap;
         int r = poll(p, (nfds_t)nf, (int)ceil(nap * 1000.0));
@@ -72,8 +80,60 @@ int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, const cha
     }
 }
 
+/* ---- what a wait that ran out says ------------------------------------------ */
+
+/* What is still ours and not taken by the peer, as text ("" when nothing):
+ * bytes not yet flushed or written, frames posted but not completed. */
+static void ours_waiting(tbrt_link *l, char *out, size_t outlen)
+{
+    int queued = 0;
+    out[0] = 0;
+    size_t unsent = l->x.dev ? (l->x.pend_buf >= 0 ? l->x.pend_len : 0) : l->x.tcp_len;
+    if (unsent)
+        snprintf(out, outlen, "%zu bytes this link was given to send are not %s yet", unsent,
+                 l->x.dev ? "flushed (flush at each message boundary)"
+                          : "written (the socket is full: the peer is not reading)");
+    else if (l->x.dev && l->x.send_count)
+        snprintf(out, outlen, "%u frames this link sent are not taken by the peer yet (its "
+                 "receives are not posted: it is not reading)", l->x.send_count);
+    else if (!l->x.dev && ioctl(l->x.fd, SIOCOUTQ, &queued) == 0 && queued > 0)
+        snprintf(out, outlen, "%d bytes this link sent still wait in its socket, not taken by "
+                 "the peer (it is not reading)", queued);
+}
+
+int tbrt_link_timed_out(tbrt_link *l, int what, size_t done, size_t len, double timeout)
+{
+    if (!l)
+        return -ETIMEDOUT;
+    char ours[160];
+    ours_waiting(l, ours, sizeof ours);
+    switch (what) {
+    case TBRT_WAIT_RECV:
+        if (ours[0])
+            return link_note(l, ETIMEDOUT, "recv: %zu of %zu bytes arrived within %.3g s (the "
+                             "call's timeout), and %s: if the peer waits for those before it "
+                             "answers, both ends wait", done, len, timeout, ours);
+        return link_note(l, ETIMEDOUT, "recv: %zu of %zu bytes arrived within %.3g s (the call's "
+                         "timeout); the peer is alive (it was not reported gone within the "
+                         "liveness bound) but sent nothing more: check that it sends, and "
+                         "flushes after its last send (bytes it did not flush stay on its "
+                         "side, where this end cannot see them)", done, len, timeout);
+    case TBRT_WAIT_IDLE:
+        return link_note(l, ETIMEDOUT, "close: %d sends still in flight after %.3g s: the peer "
+                         "is alive but not reading", tbrt_link_inflight(l), timeout);
+    default:
+        return link_note(l, ETIMEDOUT, "send: %zu of %zu bytes accepted within %.3g s (the call's "
+                         "timeout): the peer is alive (it was not reported gone within the "
+                         "liveness bound) but not reading: stopped, busy, or waiting for this "
+                         "end to read first?%s%s", done, len, timeout, ours[0] ? " " : "", ours);
+    }
+}
+
+/* ---- the blocking calls -------------------------------------------------------- */
+
 int tbrt_link_activate_wait(tbrt_link *l, const uint8_t *peer_caps, size_t len)
 {
+    double t0 = now_s();
     int rc = tbrt_link_activate(l, peer_caps, len);
     if (rc)
         return rc;
@@ -82,17 +142,37 @@ int tbrt_link_activate_wait(tbrt_link *l, const uint8_t *peer_caps, size_t len)
     for (;;) {
         rc = tbrt_link_ready(l);
         if (rc != -EAGAIN)
-            return rc;
+            break;
         double left = deadline - now_s();
-        if (left <= 0)
-            return link_fail(l, ETIMEDOUT, "readiness: no byte from the peer within %.3g s",
-                             l->opts.timeout);
+        if (left <= 0) {
+            rc = link_fail(l, ETIMEDOUT, "readiness: no byte from the peer within %.3g s: is the "
+                           "other end activating its side (activate after the caps exchange)?",
+                           l->opts.timeout);
+            break;
+        }
         struct pollfd p = {.fd = l->x.fd, .events = POLLIN};
         poll(&p, 1, (int)ceil(left * 1000.0));
     }
+    if (DBG_ON(DBG_OP))
+        dbg_line(l->id, "activate_wait: %s after %.1f us", rc ? tbrt_errname(-rc) : "ready",
+                 (now_s() - t0) * 1e6);
+    return rc;
 }
 
 static double pick_timeout(tbrt_link *l, double t) { return t < 0 ? l->opts.timeout : t; }
+
+/* TBRT_DEBUG=2: a blocking call's result and how long it took. */
+static intptr_t op_done(tbrt_link *l, const char *op, size_t len, intptr_t rc, double t0)
+{
+    if (DBG_ON(DBG_OP)) {
+        if (rc >= 0)
+            dbg_line(l->id, "%s: %zd of %zu bytes in %.1f us", op, rc, len, (now_s() - t0) * 1e6);
+        else
+            dbg_line(l->id, "%s: %s after %.1f us", op, tbrt_errname((int)-rc),
+                     (now_s() - t0) * 1e6);
+    }
+    return rc;
+}
 
 struct io_arg {
     const uint8_t *cbuf;
@@ -125,14 +205,12 @@ intptr_t tbrt_link_send_all(tbrt_link *l, const void *buf, size_t len, double ti
     int rc = link_usable(l, "send");
     if (rc)
         return rc;
+    double t0 = now_s(), t = pick_timeout(l, timeout);
     struct io_arg a = {.cbuf = buf, .len = len};
-    rc = link_wait(l, cond_send, &a, pick_timeout(l, timeout), "send", true);
+    rc = link_wait(l, cond_send, &a, t, true);
     if (rc == -ETIMEDOUT)
-        snprintf(l->why, sizeof l->why, "link %d: send: %zu of %zu bytes accepted within %.3g s "
-                 "(the peer is not reading)", l->id, a.done, len, pick_timeout(l, timeout));
-    if (rc)
-        return rc;
-    return a.rc ? a.rc : (intptr_t)a.done;
+        rc = tbrt_link_timed_out(l, TBRT_WAIT_SEND, a.done, len, t);
+    return op_done(l, "send_all", len, rc ? rc : a.rc ? a.rc : (intptr_t)a.done, t0);
 }
 
 static bool cond_recv(tbrt_link *l, void *arg)
@@ -157,18 +235,19 @@ static intptr_t recv_wait(tbrt_link *l, void *buf, size_t len, double timeout, b
 {
     if (!l || (!buf && len))
         return -EINVAL;
+    const char *op = some ? "recv_some" : "recv_all";
+    double t0 = now_s(), t = pick_timeout(l, timeout);
     struct io_arg a = {.buf = buf, .len = len, .some = some};
     if (cond_recv(l, &a))
-        return a.rc && !a.done ? a.rc : (intptr_t)a.done;
-    int rc = link_wait(l, cond_recv, &a, pick_timeout(l, timeout), "recv", false);
+        return op_done(l, op, len, a.rc && !a.done ? a.rc : (intptr_t)a.done, t0);
+    int rc = link_wait(l, cond_recv, &a, t, false);
     if (rc == -ETIMEDOUT)
-        snprintf(l->why, sizeof l->why, "link %d: recv: %zu of %zu bytes arrived within %.3g s "
-                 "(peer alive but silent)", l->id, a.done, len, pick_timeout(l, timeout));
+        rc = tbrt_link_timed_out(l, TBRT_WAIT_RECV, a.done, len, t);
     if (rc && !a.done)
-        return rc;
+        return op_done(l, op, len, rc, t0);
     if (a.rc && !a.done)
-        return a.rc;
-    return (intptr_t)a.done;
+        return op_done(l, op, len, a.rc, t0);
+    return op_done(l, op, len, (intptr_t)a.done, t0);
 }
 
 intptr_t tbrt_link_recv_all(tbrt_link *l, void *buf, size_t len, double timeout)
@@ -189,5 +268,6 @@ static bool cond_idle(tbrt_link *l, void *arg)
 
 int link_wait_idle(tbrt_link *l, double timeout)
 {
-    return link_wait(l, cond_idle, NULL, timeout, "close", true);
+    int rc = link_wait(l, cond_idle, NULL, timeout, true);
+    return rc == -ETIMEDOUT ? tbrt_link_timed_out(l, TBRT_WAIT_IDLE, 0, 0, timeout) : rc;
 }

@@ -32,13 +32,31 @@ extern "C" {
 
 /* Bumped on any incompatible change of this header. The bindings also check
  * tbrt_header_hash() against the hash recorded in the generated cdef. */
-enum { TBRT_ABI_VERSION = 2 };  /* 2: tbrt_link_stats.inline_sends */
+enum { TBRT_ABI_VERSION = 3 };  /* 2: link stats inline_sends; 3: link opts stall,
+                                   no_fallback, link info fallback */
 
 int tbrt_abi_version(void);
 const char *tbrt_version(void);
 const char *tbrt_header_hash(void);
 /* "ECONNRESET" for ECONNRESET etc.; "E<number>" when unknown. */
 const char *tbrt_errname(int err);
+
+/* ---- debug output ----------------------------------------------------- */
+
+/* TBRT_DEBUG=0..3, read once when the library loads (as GGML_RPC_DEBUG):
+ * 0 nothing; 1 events (a link probed, ready, staying on TCP, broken, timed
+ * out, closed); 2 every operation (each send/recv/flush that moved bytes,
+ * each blocking call with its result and time); 3 every frame (each stride
+ * posted, arrived or completed, each tcp write/read, with byte counts and
+ * times). Lines go to stderr, each "tbrt: link N: ..." ("tbrt: ..." when
+ * about no link). Off, it costs one branch on the cached level. */
+int tbrt_debug_level(void);
+/* Change the level at run time (clamped to 0..3); returns the old one. */
+int tbrt_debug_set(int level);
+/* Write msg as a debug line when level <= the current level, prefixed as
+ * the core's own ("tbrt: link N: msg"; link_id 0: "tbrt: msg"), for
+ * callers above the core (the Lua library) to log through. */
+void tbrt_debug_log(int level, int link_id, const char *msg);
 
 /* ---- devices ---------------------------------------------------------- */
 
@@ -250,11 +268,19 @@ typedef struct tbrt_link_opts {
                                 LLAMA_LINUX also RC and port 1 */
     int qp_type;             /* 0: by flavor (UC on Apple, RC on Linux) */
     double timeout;          /* bound of every blocking call, seconds (30) */
-    double liveness;         /* a dead peer is reported within this, seconds (2) */
+    double liveness;         /* a peer gone (process dead: EOF; host dead: no TCP
+                                keepalive or acknowledgement answered) is reported
+                                within this, seconds (2); it breaks the link */
     double spin;             /* busy-poll this long before sleeping, seconds; < 0 (the
                                 default): 50e-6 on RDMA links, 0 on tcp (set it to
                                 busy-poll a tcp link's socket too) */
     int trace;               /* mlx5 command trace */
+    double stall;            /* a peer alive but not progressing: a send that moves
+                                nothing for this long fails with ETIMEDOUT "peer alive
+                                but not progressing" (the link stays usable);
+                                0: only the call's timeout bounds it (default) */
+    int no_fallback;         /* tbrt_link_connect/accept: fail when no RDMA device
+                                can be used here instead of falling back to TCP */
 } tbrt_link_opts;
 
 typedef struct tbrt_link tbrt_link;
@@ -295,6 +321,9 @@ typedef struct tbrt_link_info {
     uint32_t nbuf;
     uint32_t stride;
     char why_device[512];    /* how the device, port and GID were chosen */
+    char fallback[256];      /* "" unless an RDMA link stays on TCP, then why:
+                                "peer has no RDMA: staying on TCP", or
+                                "no usable RDMA device here: staying on TCP (...)" */
 } tbrt_link_info;
 
 void tbrt_link_opts_init(tbrt_link_opts *opts);
@@ -302,7 +331,13 @@ void tbrt_link_opts_init(tbrt_link_opts *opts);
 /* Choose the device, port and GID facing the peer of bootstrap_fd (a
  * connected TCP socket; the link takes it over and closes it at the end),
  * create the queue pair and register the rings. caps_out gets this side's
- * 24-byte caps (all zero for the tcp link). */
+ * 24-byte caps (all zero for the tcp link).
+ *
+ * The link makes the socket non-blocking (O_NONBLOCK; also TCP_NODELAY and
+ * keepalive from opts.liveness), on success and from then on: a caller that
+ * exchanges the caps over it itself must poll() for EAGAIN. On failure the
+ * caller keeps its socket (possibly non-blocking by then). The helpers
+ * below (tbrt_link_connect / tbrt_link_accept) do all of it. */
 int tbrt_link_probe(int bootstrap_fd, const tbrt_link_opts *opts, tbrt_link **out,
                     uint8_t *caps_out, char *err, size_t errlen);
 
@@ -385,6 +420,13 @@ double tbrt_link_sleep_max(tbrt_link *l);
  * event loop wait without calling recv/send to find out. */
 enum { TBRT_WAIT_RECV = 1, TBRT_WAIT_SEND = 2, TBRT_WAIT_IDLE = 3 };
 int tbrt_link_ready_for(tbrt_link *l, int what);
+/* For a caller that waits itself (an event loop) and ran out of time:
+ * record the message a blocking call would give (what: TBRT_WAIT_RECV,
+ * _SEND or _IDLE; done of len bytes within timeout seconds), saying what to
+ * check: e.g. that this end's own bytes are still unflushed or not taken,
+ * or that the peer is alive but sent nothing (a send it did not flush?).
+ * Returns -ETIMEDOUT; the link stays usable. */
+int tbrt_link_timed_out(tbrt_link *l, int what, size_t done, size_t len, double timeout);
 /* Sends still in flight (posted, not completed; bytes not yet written on
  * the tcp link). An orderly close waits for 0 first. */
 int tbrt_link_inflight(tbrt_link *l);
@@ -413,13 +455,50 @@ void tbrt_link_free(tbrt_link *l);
 
 /* Test hooks: corrupt the next outgoing frame's header on purpose, to prove
  * the receiver notices. what: 1 magic, 2 length, 3 skip a sequence number,
- * 4 repeat the previous sequence number (tbrt framing; llama-apple has no
- * sequence number, llama-linux no header: -EINVAL). */
+ * 4 repeat the previous sequence number (1-4: tbrt framing; llama-apple has
+ * no sequence number, llama-linux no header: -EINVAL); 5 make the TCP
+ * fallback's setup fail (out of memory) when the peer's caps turn out all
+ * zero. */
 int tbrt_link_inject(tbrt_link *l, int what);
 
 /* The order close destroyed things in, e.g. "qp,mr,mr,buf,buf,cq,pd,dev"
- * ("" before close), so specs can check the teardown order. */
+ * ("" before close), so specs can check the teardown order. A step that
+ * failed shows as "qp(failed)"; rings the device may still write into are
+ * then released after the device ("...,dev,buf,buf"). */
 const char *tbrt_link_teardown(tbrt_link *l);
+
+/* ---- connecting: the quick start ---------------------------------------- */
+
+/* What a helper below failed at: the errno and a message naming the object,
+ * the step and the cause ("connect 10.0.0.2:7000: ECONNREFUSED ..."). */
+typedef struct tbrt_error {
+    int code;                /* positive errno; 0: no error */
+    char msg[512];
+} tbrt_error;
+
+typedef struct tbrt_listener tbrt_listener;
+
+/* A ready link to host:port (a name or an address, IPv4 or IPv6): TCP
+ * connect, probe (falling back to the tcp link when no RDMA device can be
+ * used here, unless opts.no_fallback), the default caps exchange (each side
+ * sends its 24 bytes, then reads the peer's: what tbrt.connect and
+ * tbrt.listen do in Lua, so C and Lua ends meet), activation and the
+ * readiness byte. Each step is bounded by opts.timeout. NULL on failure,
+ * with err filled. opts NULL: the defaults. */
+tbrt_link *tbrt_link_connect(const char *host, int port, const tbrt_link_opts *opts,
+                             tbrt_error *err);
+/* Listen on host:port (host NULL or "": every interface, as perftest;
+ * port 0: any free port, see tbrt_listener_port). opts are kept for the
+ * links accepted. */
+tbrt_listener *tbrt_link_listen(const char *host, int port, const tbrt_link_opts *opts,
+                                tbrt_error *err);
+/* Wait up to timeout seconds (< 0: opts.timeout) for a peer, then set the
+ * link up as tbrt_link_connect does (each step bounded by opts.timeout). */
+tbrt_link *tbrt_link_accept(tbrt_listener *srv, double timeout, tbrt_error *err);
+int tbrt_listener_port(tbrt_listener *srv);
+/* The listening socket, to poll for readability in an event loop. */
+int tbrt_listener_fd(tbrt_listener *srv);
+void tbrt_listener_close(tbrt_listener *srv);
 
 /* tbrt:cdef end */
 

@@ -42,6 +42,10 @@ enum tbrt_mlx5_inject {
     TBRT_MLX5_INJECT_TYPE = 4,         /* bad entry type */
     TBRT_MLX5_INJECT_IN_PTR_ALIGN = 5, /* misaligned input mailbox pointer */
     TBRT_MLX5_INJECT_NO_DOORBELL = 6,  /* never ring: the bounded wait expires */
+    /* the model only: the next CQE the device writes is hostile */
+    TBRT_MLX5_INJECT_CQE_WQE_COUNTER = 7, /* a send CQE names a WQE never posted */
+    TBRT_MLX5_INJECT_CQE_BYTE_COUNT = 8,  /* a receive CQE: more bytes than posted */
+    TBRT_MLX5_INJECT_CQE_OPCODE = 9,      /* a CQE opcode no CQE has */
 };
 
 /* Field kinds of the layout tables. */

@@ -88,7 +88,11 @@ int tbrt_mlx5_close(tbrt_mlx5 *d)
     if (!d)
         return -EINVAL;
     int rc = tbrt_mlx5_teardown(d);
-    for (int i = 0; i < d->ndma; i++)
+    /* A teardown that failed (objects the caller made with raw commands
+     * are still there, say) leaves the device free to write into the DMA
+     * memory it was given: that stays mapped, as the firmware pages it
+     * never gave back do (hca_free). */
+    for (int i = 0; i < d->ndma && rc == 0; i++)
         d->pci->ops->dma_free(d->pci, &d->dma[i]);
     free(d->dma);
     hca_free(d->hca);
@@ -118,8 +122,15 @@ uint32_t tbrt_mlx5_last_delivery(tbrt_mlx5 *d) { return d ? d->hca->last_deliver
 
 int tbrt_mlx5_inject(tbrt_mlx5 *d, int what)
 {
-    if (!d || what < TBRT_MLX5_INJECT_TOKEN || what > TBRT_MLX5_INJECT_NO_DOORBELL)
+    if (!d || what < TBRT_MLX5_INJECT_TOKEN || what > TBRT_MLX5_INJECT_CQE_OPCODE)
         return -EINVAL;
+    if (what >= TBRT_MLX5_INJECT_CQE_WQE_COUNTER) {
+        /* what the device writes: only a model can be made to lie */
+        if (!d->model)
+            return hca_fail(d->hca, ENODEV, "mlx5 inject: CQE faults need the device model");
+        model_fault(d->model, MODEL_FAULT_CQE_WQE_COUNTER + (what - TBRT_MLX5_INJECT_CQE_WQE_COUNTER));
+        return 0;
+    }
     d->hca->inject = what;
     return 0;
 }

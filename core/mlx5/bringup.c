@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mlx5/cmdif.h"
 #include "mlx5/hca.h"
@@ -30,7 +31,31 @@ enum {
     CAP_GENERAL = 0, CAP_ROCE = 4,           /* MLX5_CAP_GENERAL, MLX5_CAP_ROCE */
     RECLAIM_BATCH = 512,
     RECLAIM_ROUNDS = 1000,
+    /* The most firmware pages one HCA is given in all: 4 GiB, 80 times what
+     * the ConnectX-4 of the Linux trace asks for (12868 init pages, 50 MiB).
+     * QUERY_PAGES is device output: an answer beyond this (or beyond half
+     * of this host's memory) is a corrupted one, not a debt to pay. */
+    FW_PAGES_MAX = 1 << 20,
 };
+
+static const char *pages_kind(int op_mod)
+{
+    return op_mod == MLX5C_BOOT_PAGES ? "boot" : op_mod == MLX5C_INIT_PAGES ? "init" : "regular";
+}
+
+/* What the firmware can be owed now: FW_PAGES_MAX, and half the host's
+ * memory, less what it already holds. */
+static int64_t pages_owable(const struct mlx5_hca *h)
+{
+    int64_t max = FW_PAGES_MAX;
+    long phys = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (phys > 0 && psz > 0) {
+        int64_t half = (int64_t)phys / 2 * (psz / HCA_PAGE);
+        if (half < max)
+            max = half;
+    }
+    return max - h->pages_given;
+}
 
 /* Give what QUERY_PAGES asks for in one MANAGE_PAGES, as Linux does (the
  * CX-4 trace gives 12868 pages in a 202-block chain); the memory comes in
@@ -41,6 +66,14 @@ static int give_pages(struct mlx5_hca *h, int op_mod)
     int rc = mlx5_query_pages(h, op_mod, &n);
     if (rc < 0 || n <= 0)
         return rc;
+    int64_t owable = pages_owable(h);
+    if (n > owable)
+        return hca_fail(h, EPROTO, "mlx5 %s: QUERY_PAGES (%s): the firmware asks for %d pages "
+                        "(%.1f GiB), more than it can be owed now (%lld: at most %d pages in "
+                        "all, and half this host's memory; it holds %d): a corrupted answer? "
+                        "(status 0x%x, syndrome 0x%x)", h->pci->addr, pages_kind(op_mod), n,
+                        (double)n * HCA_PAGE / (1 << 30), (long long)TBRT_MAX(owable, 0),
+                        FW_PAGES_MAX, h->pages_given, h->last_status, h->last_syndrome);
     uint64_t *pas = malloc(sizeof *pas * (size_t)n);
     if (!pas)
         return hca_fail(h, ENOMEM, "mlx5 pages: out of memory");

@@ -241,7 +241,8 @@ static int exec_locked(struct mlx5_hca *h, const uint8_t *in, uint32_t inlen, ui
     }
     if (h->trace)
         dump(h, e, blk + nin, nout, opcode, "OUTPUT");
-    uint32_t ds = e[CMDE_STATUS_OWN] >> 1;
+    /* the entry is device memory: read each byte that decides once */
+    uint32_t ds = (uint32_t)(__atomic_load_n(&e[CMDE_STATUS_OWN], __ATOMIC_ACQUIRE) >> 1);
     h->last_delivery = ds;
     h->last_status = h->last_syndrome = 0;
     if (ds) {

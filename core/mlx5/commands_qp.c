@@ -93,8 +93,16 @@ int mlx5_destroy_eq(struct mlx5_hca *h, struct hw_eq *eq)
 }
 
 /* ---- CQ ------------------------------------------------------------------------ */
+/* A queue-size limit from the capabilities (device output) as a log2, at
+ * most 24: sizes are counted in 24-bit fields. */
+static uint32_t cap_log(uint32_t log) { return log > 24 ? 24 : log; }
+
 int mlx5_create_cq(struct mlx5_hca *h, struct hw_cq *cq, int cqe)
 {
+    uint32_t max_log = cap_log(IGET(h->cap_gen, cmd_hca_cap, log_max_cq_sz));
+    if (cqe < 1 || (uint32_t)cqe >= 1u << max_log)
+        return hca_fail(h, EINVAL, "mlx5 CREATE_CQ: %d entries; the device allows up to %u "
+                        "(log_max_cq_sz %u)", cqe, (1u << max_log) - 1, max_log);
     cq->log_size = log2_up((uint32_t)cqe + 1);
     size_t bytes = (size_t)CQE_BYTES << cq->log_size;
     uint32_t np = npages(bytes);
@@ -159,6 +167,13 @@ int mlx5_create_qp(struct mlx5_hca *h, struct hw_qp *qp, uint32_t pd, int qp_typ
         return hca_fail(h, EINVAL, "mlx5 CREATE_QP: at most %d scatter/gather entries", QP_MAX_SGE);
     /* ctrl + raddr + data segments, in 64-byte basic blocks */
     uint32_t nbb = ((2 + ssge) * WQE_DS_BYTES + WQEBB_BYTES - 1) / WQEBB_BYTES;
+    uint32_t max_log = cap_log(IGET(h->cap_gen, cmd_hca_cap, log_max_qp_sz));
+    if ((uint64_t)TBRT_MAX(1u, cap->max_send_wr) * nbb > 1u << max_log ||
+        cap->max_recv_wr > 1u << max_log)
+        return hca_fail(h, EINVAL, "mlx5 CREATE_QP: %u send / %u receive work requests; the "
+                        "device allows %u basic blocks (%u sends of %u blocks) and %u receives "
+                        "(log_max_qp_sz %u)", cap->max_send_wr, cap->max_recv_wr, 1u << max_log,
+                        (1u << max_log) / nbb, nbb, 1u << max_log, max_log);
     qp->st = qp_type == IBV_QPT_UC ? MLX5C_QP_ST_UC : MLX5C_QP_ST_RC;
     qp->log_sq_size = log2_up(TBRT_MAX(1u, cap->max_send_wr) * nbb);
     qp->log_rq_size = log2_up(TBRT_MAX(1u, cap->max_recv_wr));
@@ -169,7 +184,8 @@ int mlx5_create_qp(struct mlx5_hca *h, struct hw_qp *qp, uint32_t pd, int qp_typ
     int rc;
     qp->sq_slots = calloc(1u << qp->log_sq_size, sizeof *qp->sq_slots);
     qp->rq_wrid = calloc(1u << qp->log_rq_size, sizeof *qp->rq_wrid);
-    if (!qp->sq_slots || !qp->rq_wrid) {
+    qp->rq_len = calloc(1u << qp->log_rq_size, sizeof *qp->rq_len);
+    if (!qp->sq_slots || !qp->rq_wrid || !qp->rq_len) {
         hw_qp_free(h, qp);
         return hca_fail(h, ENOMEM, "mlx5 CREATE_QP: out of memory");
     }
@@ -222,8 +238,10 @@ void hw_qp_free(struct mlx5_hca *h, struct hw_qp *qp)
     release(h, &qp->dbr);
     free(qp->sq_slots);
     free(qp->rq_wrid);
+    free(qp->rq_len);
     qp->sq_slots = NULL;
     qp->rq_wrid = NULL;
+    qp->rq_len = NULL;
 }
 
 int mlx5_destroy_qp(struct mlx5_hca *h, struct hw_qp *qp)

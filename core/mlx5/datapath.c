@@ -4,6 +4,7 @@
  * 0x800/0x900, receive WQEs, CQE polling by owner bit, error CQEs with their
  * syndrome, the CQ doorbell record and arming, and EQ events. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -118,9 +119,11 @@ int dp_post_recv(struct hw_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **
         }
         struct mlx5_wqe_data_seg *d =
             (void *)(qp->rq + (size_t)(qp->rq_pi & (size - 1)) * WQE_DS_BYTES * nseg);
+        uint64_t bytes = 0;
         for (uint32_t i = 0; i < nseg; i++) {
             if (i < (uint32_t)wr->num_sge) {
                 set_dseg(&d[i], &wr->sg_list[i]);
+                bytes += wr->sg_list[i].length;
             } else {
                 d[i].byte_count = 0;
                 d[i].lkey = htobe32(MLX5_INVALID_LKEY);
@@ -128,6 +131,7 @@ int dp_post_recv(struct hw_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **
             }
         }
         qp->rq_wrid[qp->rq_pi & (size - 1)] = wr->wr_id;
+        qp->rq_len[qp->rq_pi & (size - 1)] = (uint32_t)TBRT_MIN(bytes, (uint64_t)UINT32_MAX);
         qp->rq_pi++;
         posted = 1;
     }
@@ -143,9 +147,15 @@ int dp_cq_next(struct hw_cq *cq, uint8_t out[CQE_BYTES])
     uint32_t size = 1u << cq->log_size;
     struct mlx5_cqe64 *c = (void *)((uint8_t *)cq->buf.virt + (size_t)(cq->ci & (size - 1)) * CQE_BYTES);
     uint8_t op_own = __atomic_load_n(&c->op_own, __ATOMIC_ACQUIRE);
-    if ((op_own >> 4) == MLX5_CQE_INVALID || (op_own & MLX5_CQE_OWNER_MASK) != ((cq->ci >> cq->log_size) & 1))
+    uint8_t owner = (cq->ci >> cq->log_size) & 1;
+    if ((op_own >> 4) == MLX5_CQE_INVALID || (op_own & MLX5_CQE_OWNER_MASK) != owner)
         return 0;
     memcpy(out, c, CQE_BYTES);
+    /* checked again on the copy, which is all that is used from here on:
+     * the device may have written the entry between the two reads */
+    op_own = ((const struct mlx5_cqe64 *)(const void *)out)->op_own;
+    if ((op_own >> 4) == MLX5_CQE_INVALID || (op_own & MLX5_CQE_OWNER_MASK) != owner)
+        return 0;
     cq->ci++;
     return 1;
 }
@@ -176,7 +186,23 @@ static enum ibv_wc_status status_of(uint8_t synd)
     }
 }
 
-void dp_cqe_to_wc(struct hw_qp *qp, const uint8_t *raw, struct ibv_wc *wc)
+/* An error completion for a CQE that cannot be true; counters untouched. */
+static int hostile(struct ibv_wc *wc, enum ibv_wc_status st, char *why, size_t whylen,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static int hostile(struct ibv_wc *wc, enum ibv_wc_status st, char *why, size_t whylen,
+                   const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, whylen, fmt, ap);
+    va_end(ap);
+    wc->status = st;
+    wc->byte_len = 0;
+    return -EPROTO;
+}
+
+int dp_cqe_to_wc(struct hw_qp *qp, const uint8_t *raw, struct ibv_wc *wc, char *why, size_t whylen)
 {
     const struct mlx5_cqe64 *c = (const void *)raw;
     uint8_t opcode = c->op_own >> 4;
@@ -184,14 +210,43 @@ void dp_cqe_to_wc(struct hw_qp *qp, const uint8_t *raw, struct ibv_wc *wc)
     memset(wc, 0, sizeof *wc);
     wc->qp_num = qp->qpn;
     int req = opcode == MLX5_CQE_REQ || opcode == MLX5_CQE_REQ_ERR;
+    int resp = opcode == MLX5_CQE_RESP_SEND || opcode == MLX5_CQE_RESP_SEND_IMM ||
+               opcode == MLX5_CQE_RESP_WR_IMM || opcode == MLX5_CQE_RESP_ERR;
+    if (!req && !resp)
+        return hostile(wc, IBV_WC_GENERAL_ERR, why, whylen, "CQE opcode 0x%x is none a completion "
+                       "of this queue pair can have (a corrupted CQE)", opcode);
     if (req) {
+        /* WQE basic blocks [sq_ci, sq_pi) are in flight (16-bit counters) */
+        uint16_t in_flight = (uint16_t)(qp->sq_pi - qp->sq_ci);
+        uint16_t at = (uint16_t)(counter - (uint16_t)qp->sq_ci);
+        if (at >= in_flight)
+            return hostile(wc, IBV_WC_GENERAL_ERR, why, whylen, "send CQE names WQE %u, but "
+                           "%u..%u are in flight (a corrupted CQE)", counter,
+                           qp->sq_ci & 0xffff, (qp->sq_pi - 1) & 0xffff);
         struct hw_sq_slot *s = &qp->sq_slots[counter & ((1u << qp->log_sq_size) - 1)];
+        if ((uint32_t)at + s->nbb > in_flight)
+            return hostile(wc, IBV_WC_GENERAL_ERR, why, whylen, "send CQE names WQE %u, which "
+                           "does not start a WQE in flight (a corrupted CQE)", counter);
         wc->wr_id = s->wr_id;
         wc->opcode = (enum ibv_wc_opcode)s->opcode;
         /* everything up to this WQE is done (unsignaled ones included) */
-        qp->sq_ci = qp->sq_pi - ((qp->sq_pi - counter) & 0xffff) + s->nbb;
+        qp->sq_ci += (uint32_t)at + s->nbb;
     } else {
-        wc->wr_id = qp->rq_wrid[counter & ((1u << qp->log_rq_size) - 1)];
+        /* receives complete in order: the oldest posted one (as Linux
+         * takes its own tail for a plain RQ); the device must agree */
+        uint32_t slot = qp->rq_ci & ((1u << qp->log_rq_size) - 1);
+        if (qp->rq_ci == qp->rq_pi || counter != (uint16_t)qp->rq_ci)
+            return hostile(wc, IBV_WC_GENERAL_ERR, why, whylen, "receive CQE names WQE %u, but "
+                           "%u receives are posted from %u (a corrupted CQE)", counter,
+                           qp->rq_pi - qp->rq_ci, qp->rq_ci & 0xffff);
+        if (opcode != MLX5_CQE_RESP_ERR && be32toh(c->byte_cnt) > qp->rq_len[slot]) {
+            wc->wr_id = qp->rq_wrid[slot];
+            qp->rq_ci++;        /* that receive is spent, whatever the device says */
+            return hostile(wc, IBV_WC_LOC_LEN_ERR, why, whylen, "receive CQE says %u bytes "
+                           "arrived in a %u-byte receive (a corrupted CQE)", be32toh(c->byte_cnt),
+                           qp->rq_len[slot]);
+        }
+        wc->wr_id = qp->rq_wrid[slot];
         qp->rq_ci++;
         wc->opcode = opcode == MLX5_CQE_RESP_WR_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
     }
@@ -199,7 +254,7 @@ void dp_cqe_to_wc(struct hw_qp *qp, const uint8_t *raw, struct ibv_wc *wc)
         const struct mlx5_err_cqe *e = (const void *)raw;
         wc->status = status_of(e->syndrome);
         wc->vendor_err = (uint32_t)e->syndrome << 8 | e->vendor_err_synd;
-        return;
+        return 0;
     }
     wc->status = IBV_WC_SUCCESS;
     wc->byte_len = be32toh(c->byte_cnt);
@@ -207,6 +262,7 @@ void dp_cqe_to_wc(struct hw_qp *qp, const uint8_t *raw, struct ibv_wc *wc)
         wc->wc_flags |= IBV_WC_WITH_IMM;
         wc->imm_data = c->imm_inval_pkey;
     }
+    return 0;
 }
 
 /* Arm: CQ doorbell record, then the 64-bit UAR write; and arm the EQ. */
@@ -232,7 +288,9 @@ int dp_cq_ack(struct mlx5_hca *h, struct hw_cq *cq)
     struct hw_eq *eq = &cq->eq;
     uint32_t size = 1u << eq->log_size;
     int events = 0;
-    for (;;) {
+    /* at most one pass over the queue: a device that keeps rewriting owner
+     * bits cannot hold the caller here */
+    for (uint32_t seen = 0; seen < size; seen++) {
         uint8_t *e = (uint8_t *)eq->buf.virt + (size_t)(eq->ci & (size - 1)) * EQE_BYTES;
         uint8_t owner = __atomic_load_n(&e[EQE_BYTES - 1], __ATOMIC_ACQUIRE) & 1;
         if (owner != ((eq->ci >> eq->log_size) & 1))

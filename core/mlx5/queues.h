@@ -44,6 +44,7 @@ struct hw_qp {
     uint32_t sq_pi, sq_ci, rq_pi, rq_ci;
     struct hw_sq_slot *sq_slots;
     uint64_t *rq_wrid;
+    uint32_t *rq_len;            /* bytes each posted receive can take */
     uint32_t max_send_sge, max_recv_sge;
 };
 
@@ -71,11 +72,17 @@ int dp_post_send(struct mlx5_hca *h, struct hw_qp *qp, struct ibv_send_wr *wr, s
                  int sig_all, char *why, size_t whylen);
 int dp_post_recv(struct hw_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad, char *why,
                  size_t whylen);
-/* Poll one CQE: 1 with *qpn set and the raw CQE copied, 0 when empty. */
+/* Poll one CQE: 1 with the raw CQE copied (once: it is checked and used
+ * from the copy), 0 when empty. */
 int dp_cq_next(struct hw_cq *cq, uint8_t cqe[CQE_BYTES]);
 void dp_cq_update_ci(struct hw_cq *cq);
-/* Turn a CQE of qp into a work completion. */
-void dp_cqe_to_wc(struct hw_qp *qp, const uint8_t *cqe, struct ibv_wc *wc);
+/* Turn a CQE of qp into a work completion. A CQE is device output, so it is
+ * checked against what was posted: an opcode no CQE of ours has, a send
+ * completion naming no WQE in flight, a receive completion with no receive
+ * posted or more bytes than it holds give an error completion and -EPROTO,
+ * with the reason in why; the queue's counters stay as they were. */
+int dp_cqe_to_wc(struct hw_qp *qp, const uint8_t *cqe, struct ibv_wc *wc, char *why,
+                 size_t whylen);
 void dp_cq_arm(struct mlx5_hca *h, struct hw_cq *cq);
 int dp_cq_ack(struct mlx5_hca *h, struct hw_cq *cq);
 

@@ -25,18 +25,38 @@ enum {
     VPORT_STATE_UP = 1,             /* query_vport_state_out.state */
 };
 
+/* The device owns its objects: each is on its list until destroyed, so a
+ * close destroys what the caller left (or failed to destroy), children
+ * first, before the HCA is torn down. */
 struct mdev {
     tbrt_dev dev;
     struct tbrt_mlx5 *h;
     struct mqp *qps[MAX_QPS_PER_DEV];
+    struct mpd *pds;
+    struct mcq *cqs;
+    struct mmr *mrs;
     char verr[160];
 };
-struct mpd { tbrt_pd pd; };
-struct mcq { tbrt_cq cq; struct hw_cq hw; };
+struct mpd { tbrt_pd pd; struct mpd *next; };
+struct mcq { tbrt_cq cq; struct hw_cq hw; struct mcq *next; };
 struct mqp { tbrt_qp qp; struct hw_qp hw; int sig_all; };
-struct mmr { tbrt_mr mr; struct mlx5_dma map; uint32_t mkey; };
+struct mmr { tbrt_mr mr; struct mlx5_dma map; uint32_t mkey; struct mmr *next; };
+
+/* Unlink x from a singly linked list whose nodes have a next field. */
+#define UNLINK(head, x)                                                        \
+    do {                                                                       \
+        for (__typeof__(head) *pp_ = &(head); *pp_; pp_ = &(*pp_)->next)     \
+            if (*pp_ == (x)) {                                                 \
+                *pp_ = (x)->next;                                              \
+                break;                                                         \
+            }                                                                  \
+    } while (0)
 
 static struct mdev *D(tbrt_dev *d) { return (struct mdev *)d; }
+
+/* 2^log for an int attribute from a capability (device output): a log the
+ * field can hold but an int cannot saturates instead of overflowing. */
+static int pow2_int(uint32_t log) { return log >= 31 ? INT32_MAX : 1 << log; }
 static struct mlx5_hca *H(tbrt_dev *d) { return D(d)->h->hca; }
 static int failh(tbrt_dev *d, int rc, const char *op)
 {
@@ -128,10 +148,35 @@ static int m_open(const char *name, const tbrt_dev_opts *opts, tbrt_dev **out, c
     return 0;
 }
 
+static int m_destroy_qp(tbrt_qp *qp);
+static int m_dereg_mr(tbrt_mr *mr);
+static int m_destroy_cq(tbrt_cq *cq);
+static int m_dealloc_pd(tbrt_pd *pd);
+
+/* What the caller left behind, in the order hardware needs (QPs, MRs, CQs,
+ * PDs), then the HCA. An object whose destroy fails again stays with the
+ * firmware, and so does its memory: the device may still write into it
+ * (as with firmware pages it never gave back, bringup.c). */
 static void m_close(tbrt_dev *dev)
 {
-    tbrt_mlx5_close(D(dev)->h);
-    free(D(dev));
+    struct mdev *d = D(dev);
+    for (int i = 0; i < MAX_QPS_PER_DEV; i++)
+        if (d->qps[i])
+            m_destroy_qp(&d->qps[i]->qp);
+    for (struct mmr *m = d->mrs, *next; m; m = next) {
+        next = m->next;
+        m_dereg_mr(&m->mr);
+    }
+    for (struct mcq *c = d->cqs, *next; c; c = next) {
+        next = c->next;
+        m_destroy_cq(&c->cq);
+    }
+    for (struct mpd *p = d->pds, *next; p; p = next) {
+        next = p->next;
+        m_dealloc_pd(&p->pd);
+    }
+    tbrt_mlx5_close(d->h);
+    free(d);
 }
 
 tbrt_mlx5 *tbrt_mlx5_of_dev(tbrt_dev *dev)
@@ -150,15 +195,15 @@ static int m_query_device(tbrt_dev *dev, struct ibv_device_attr *a)
     a->vendor_id = VENDOR_MELLANOX_OUI;
     a->max_mr_size = 1ull << IGET(c, cmd_hca_cap, log_max_msg);
     a->page_size_cap = HCA_PAGE;
-    a->max_qp = 1 << IGET(c, cmd_hca_cap, log_max_qp);
-    a->max_qp_wr = 1 << IGET(c, cmd_hca_cap, log_max_qp_sz);
+    a->max_qp = pow2_int(IGET(c, cmd_hca_cap, log_max_qp));
+    a->max_qp_wr = pow2_int(IGET(c, cmd_hca_cap, log_max_qp_sz));
     a->max_sge = QP_MAX_SGE;
-    a->max_cq = 1 << IGET(c, cmd_hca_cap, log_max_cq);
-    a->max_cqe = (1 << IGET(c, cmd_hca_cap, log_max_cq_sz)) - 1;
-    a->max_mr = 1 << IGET(c, cmd_hca_cap, log_max_mkey);
-    a->max_pd = 1 << IGET(c, cmd_hca_cap, log_max_pd);
-    a->max_qp_rd_atom = 1 << IGET(c, cmd_hca_cap, log_max_ra_req_qp);
-    a->max_qp_init_rd_atom = 1 << IGET(c, cmd_hca_cap, log_max_ra_res_qp);
+    a->max_cq = pow2_int(IGET(c, cmd_hca_cap, log_max_cq));
+    a->max_cqe = pow2_int(IGET(c, cmd_hca_cap, log_max_cq_sz)) - 1;
+    a->max_mr = pow2_int(IGET(c, cmd_hca_cap, log_max_mkey));
+    a->max_pd = pow2_int(IGET(c, cmd_hca_cap, log_max_pd));
+    a->max_qp_rd_atom = pow2_int(IGET(c, cmd_hca_cap, log_max_ra_req_qp));
+    a->max_qp_init_rd_atom = pow2_int(IGET(c, cmd_hca_cap, log_max_ra_res_qp));
     a->phys_port_cnt = (uint8_t)IGET(c, cmd_hca_cap, num_ports);
     return 0;
 }
@@ -210,16 +255,20 @@ static int m_alloc_pd(tbrt_dev *dev, tbrt_pd **out)
         return failh(dev, rc, "alloc_pd");
     }
     p->pd.dev = dev;
+    p->next = D(dev)->pds;
+    D(dev)->pds = p;
     *out = &p->pd;
     return 0;
 }
 
 static int m_dealloc_pd(tbrt_pd *pd)
 {
+    struct mpd *p = (struct mpd *)pd;
     int rc = mlx5_dealloc_pd(H(pd->dev), pd->handle);
     if (rc < 0)
         return failh(pd->dev, rc, "dealloc_pd");
-    free(pd);
+    UNLINK(D(pd->dev)->pds, p);
+    free(p);
     return 0;
 }
 
@@ -236,6 +285,8 @@ static int m_create_cq(tbrt_dev *dev, int cqe, tbrt_cq **out)
         return failh(dev, rc, "create_cq");
     }
     c->cq = (tbrt_cq){.dev = dev, .cqe = (1 << c->hw.log_size) - 1, .fd = c->hw.eq.fd};
+    c->next = D(dev)->cqs;
+    D(dev)->cqs = c;
     *out = &c->cq;
     return 0;
 }
@@ -248,6 +299,7 @@ static int m_destroy_cq(tbrt_cq *cq)
         rc = mlx5_destroy_eq(H(cq->dev), &c->hw.eq);
     if (rc < 0)
         return failh(cq->dev, rc, "destroy_cq");
+    UNLINK(D(cq->dev)->cqs, c);
     free(c);
     return 0;
 }
@@ -283,9 +335,12 @@ static int m_poll_cq(tbrt_cq *cq, int n, struct ibv_wc *wc)
 {
     struct mcq *c = (struct mcq *)cq;
     struct mdev *d = D(cq->dev);
-    int got = 0;
+    int got = 0, taken = 0, size = 1 << c->hw.log_size;
     uint8_t raw[CQE_BYTES];
-    while (got < n && dp_cq_next(&c->hw, raw)) {
+    char why[200];
+    /* at most a queue's worth per call, skipped ones included */
+    while (got < n && taken < size && dp_cq_next(&c->hw, raw)) {
+        taken++;
         const struct mlx5_cqe64 *cqe = (const void *)raw;
         uint8_t op = cqe->op_own >> 4;
         uint32_t qpn = be32toh(op == MLX5_CQE_REQ_ERR || op == MLX5_CQE_RESP_ERR
@@ -294,14 +349,15 @@ static int m_poll_cq(tbrt_cq *cq, int n, struct ibv_wc *wc)
         struct mqp *q = qp_of(d, qpn);
         if (!q)
             continue; /* a completion of a QP destroyed meanwhile */
-        dp_cqe_to_wc(&q->hw, raw, &wc[got]);
-        if (wc[got].status != IBV_WC_SUCCESS)
+        if (dp_cqe_to_wc(&q->hw, raw, &wc[got], why, sizeof why) < 0)
+            dev_fail(cq->dev, EPROTO, "completion: qp 0x%x: %s", qpn, why);
+        else if (wc[got].status != IBV_WC_SUCCESS)
             dev_fail(cq->dev, EIO, "completion error: qp 0x%x wr_id %llu: %s (%s)", qpn,
                      (unsigned long long)wc[got].wr_id, wc_status_name(wc[got].status),
                      tbrt_mlx5_ops.vendor_err(cq->dev, wc[got].vendor_err));
         got++;
     }
-    if (got)
+    if (taken)
         dp_cq_update_ci(&c->hw);
     return got;
 }
@@ -413,6 +469,8 @@ static int m_reg_mr(tbrt_pd *pd, void *addr, size_t len, int access, tbrt_mr **o
     }
     m->mr = (tbrt_mr){.dev = dev, .pd = pd, .addr = addr, .length = len, .lkey = m->mkey,
                       .rkey = m->mkey, .access = access};
+    m->next = D(dev)->mrs;
+    D(dev)->mrs = m;
     *out = &m->mr;
     return 0;
 }
@@ -425,6 +483,7 @@ static int m_dereg_mr(tbrt_mr *mr)
     if (rc < 0)
         return failh(mr->dev, rc, "dereg_mr");
     h->pci->ops->dma_unmap(h->pci, &m->map);
+    UNLINK(D(mr->dev)->mrs, m);
     free(m);
     return 0;
 }

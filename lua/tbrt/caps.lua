@@ -41,10 +41,24 @@ function M.is_none(blob) return blob == M.NONE end
 
 -- The default exchange over the bootstrap socket: both sides send first
 -- (24 bytes always fit in the socket buffer), then read.
+-- A timeout says what to check, as the C helpers do (core/engine/connect.c).
 function M.exchange(sock, caps, role, timeout)
   local ok, err = sock:send(caps, timeout)
   if not ok then return nil, err end
-  return sock:recv(M.SIZE, timeout)
+  local peer, rerr, partial = sock:recv(M.SIZE, timeout)
+  if not peer and rerr and rerr:match("^ETIMEDOUT") then
+    local got = partial and #partial or 0
+    if got == 0 then
+      rerr = string.format("ETIMEDOUT: caps exchange: 0 of %d bytes from the peer within %g s: " ..
+        "is the other end accepting (tbrt.listen + accept, or tbrt_link_accept in C) and using " ..
+        "the default exchange?", M.SIZE, timeout)
+    else
+      rerr = string.format("ETIMEDOUT: caps exchange: %d of %d bytes from the peer within %g s: " ..
+        "does the other end speak another setup protocol?", got, M.SIZE, timeout)
+    end
+  end
+  if peer then return peer end
+  return nil, rerr, partial
 end
 
 return M

@@ -1,22 +1,38 @@
--- tbrt/cli.lua - the tbrt command line: its options (lua-argparse) and the
--- command-line tools (`tbrt devices`). tbrt.main asks parse() for a plan
--- and runs it.
+-- tbrt/cli.lua - the tbrt command line: its options (lua-argparse) and its
+-- subcommands (`tbrt devices`). tbrt.main asks parse() for a plan and runs
+-- it.
 --
 --   tbrt [options] [script [args...]]
---   tbrt devices [-v]
+--   tbrt COMMAND [command options]
 --
 -- Options stop at the script: everything after its name is the script's,
 -- untouched (`tbrt s.lua -v` passes -v to s.lua), as luajit does. So only
 -- the words before the script go through argparse; options are declared
 -- once, as data, and both the split and the parser are built from them.
 --
--- `devices` is a command only as the very first argument. A script file
--- named "devices" runs as `tbrt ./devices` or `tbrt -- devices`.
+-- Subcommands are a table: COMMANDS names modules tbrt.cli.<name>, each
+-- { name, summary, usage, declare(argparse_command), run(args) -> exit
+-- code }. A command is one only as the very first argument; a script file
+-- of that name runs as `tbrt ./devices` or `tbrt -- devices`.
 local argparse = require("argparse")
 
 local M = {}
 
-M.USAGE = "usage: tbrt [options] [script [args...]]\n       tbrt devices [-v]"
+-- The subcommands, in the order --help lists them.
+M.COMMANDS = { "devices", "matrix" }
+
+local function command(name)
+  for _, c in ipairs(M.COMMANDS) do
+    if c == name then return require("tbrt.cli." .. name) end
+  end
+end
+M.command = command
+
+local usage = { "usage: tbrt [options] [script [args...]]" }
+for _, name in ipairs(M.COMMANDS) do
+  usage[#usage + 1] = "       " .. command(name).usage:gsub("^usage: ", "")
+end
+M.USAGE = table.concat(usage, "\n")
 
 local DESCRIPTION = "Lua-scriptable RDMA transport runtime. Runs a script as a task on " ..
   "one libuv loop, or an interactive REPL on it."
@@ -26,14 +42,17 @@ With no script and no -e: the REPL when stdin is a terminal, otherwise
 stdin is read a line at a time and each complete chunk is run (values of
 expressions are printed; exit code 1 if any chunk failed). A script named
 "-" is read whole from stdin. A script file named "devices" runs as
-`tbrt ./devices`. History: $TBRT_HISTORY, else ~/.tbrt_history.]]
+`tbrt ./devices`. -l NAME sets the global NAME (the last part of a dotted
+name: -l tbrt.verbs sets verbs; -l G=NAME sets G). Scripts and -e find the
+library loaded as the global tbrt. History: $TBRT_HISTORY, else
+~/.tbrt_history.]]
 
 -- The options, in the order --help lists them. value: the option takes
 -- one (as "-e CODE" or "-eCODE"); kind: it is kept in plan.pre, in the
 -- order given, with the other kinds.
 M.OPTIONS = {
   { "-e", value = "CODE", kind = "e", help = "run CODE before the script (may repeat)" },
-  { "-l", value = "NAME", kind = "l", help = "require module NAME before the script (may repeat)" },
+  { "-l", value = "NAME", kind = "l", help = "require module NAME into the global NAME before the script (may repeat)" },
   { "-j", value = "CMD", kind = "j",
     help = "LuaJIT's -j: -jv[=FILE] traces (jit.v), -jp[=OPTS[,FILE]] profile (jit.p), " ..
       "-jdump[=OPTS[,FILE]], -joff, -jon, -jflush" },
@@ -64,18 +83,22 @@ local function build()
       p:flag(o[1], o.help):target(o.target)
     end
   end
-  local d = p:command("devices", "list every device tbrt can see, usable or not (and why not)")
-    :usage("usage: tbrt devices [-v]"):add_help(false)
-  d:flag("-v --verbose", "open each usable device and list its ports, their states and GIDs")
-  d:flag("-h --help", "print this help and exit")
-  return p, d
+  local cmds = {}
+  for _, name in ipairs(M.COMMANDS) do
+    local c = command(name)
+    local cmd = p:command(name, c.summary):usage(c.usage):add_help(false)
+    c.declare(cmd)
+    cmd:flag("-h --help", "print this help and exit")
+    cmds[name] = cmd
+  end
+  return p, cmds
 end
 
 -- The help text (argparse's, with the words about -- and - that are not
--- argparse options).
-function M.help(command)
-  local p, d = build()
-  if command == "devices" then return d:get_help() end
+-- argparse options); help(NAME): the subcommand's.
+function M.help(name)
+  local p, cmds = build()
+  if name then return cmds[name]:get_help() end
   local extra = {}
   for _, o in ipairs(M.OPTIONS) do
     if o.doc_only then extra[#extra + 1] = string.format("   %-21s %s", o[1], o.help) end
@@ -118,15 +141,15 @@ end
 -- argv: [0] the program, [1..argv.n] its arguments. Returns the plan:
 --   pre = { {kind = "e" | "l" | "j", value} ... } in order; script (nil, "-" or
 --   a path) at argv[script_index]; interactive, help, version; or
---   command = "devices" with verbose, help.
+--   command = NAME with args (what argparse made of the rest) and help.
 -- Or nil and a message for a bad command line.
 function M.parse(argv)
   local n = argv.n or #argv
   local p = build()
-  if argv[1] == "devices" then
+  if command(argv[1]) then
     local ok, r = p:pparse({ unpack(argv, 1, n) })
     if not ok then return nil, r end
-    return { argv = argv, command = "devices", verbose = r.verbose, help = r.help, pre = {} }
+    return { argv = argv, command = argv[1], args = r, help = r.help, pre = {} }
   end
   local words, at = split(argv, n)
   local ok, r = p:pparse(words)
@@ -135,51 +158,20 @@ function M.parse(argv)
     version = r.version, script_index = at, script = at <= n and argv[at] or nil }
 end
 
----------------------------------------------------------------------------
--- tbrt devices [-v]
-
-local function pad_table(rows)
-  local w = {}
-  for _, r in ipairs(rows) do
-    for i = 1, #r - 1 do w[i] = math.max(w[i] or 0, #r[i]) end
+-- Run a subcommand's plan: its exit code (an error it raises is reported
+-- by the caller).
+function M.run(plan)
+  if plan.help then
+    print(M.help(plan.command))
+    return 0
   end
-  local out = {}
-  for k, r in ipairs(rows) do
-    local cells = {}
-    for i = 1, #r do cells[i] = i < #r and (r[i] .. string.rep(" ", w[i] - #r[i])) or r[i] end
-    out[k] = table.concat(cells, "  ")
-  end
-  return out
+  return command(plan.command).run(plan.args) or 0
 end
 
--- One line per device tbrt can see: name, kind, personality (or -),
--- flavor, and "usable" or "unavailable: <why>". verbose: each usable
--- device opened, its ports (state, MTU) and GIDs listed under it.
+-- `tbrt devices [-v]` as a function (the REPL's devices() helper).
 function M.devices(verbose, write)
-  write = write or io.write
-  local tbrt = require("tbrt")
-  local list = tbrt.devices()
-  local rows = {}
-  for i, d in ipairs(list) do
-    rows[i] = { d.name, d.kind, d.personality ~= "" and d.personality or "-", d.flavor or "-",
-      d.usable and "usable" or ("unavailable: " .. (d.why ~= "" and d.why or "no reason given")) }
-  end
-  local lines = pad_table(rows)
-  if #list == 0 then write("no devices\n") end
-  for i, d in ipairs(list) do
-    write(lines[i], "\n")
-    if verbose and d.usable then
-      local verbs = require("tbrt.verbs")
-      local dev, err = verbs.open(d.name)
-      if not dev then
-        write("  cannot open: ", tostring(err), "\n")
-      else
-        for _, l in ipairs(require("tbrt.repl.pretty").device_lines(dev)) do write("  ", l, "\n") end
-        dev:close()
-      end
-    end
-  end
-  return 0
+  local args = type(verbose) == "table" and verbose or { verbose = verbose }
+  return command("devices").run(args, write)
 end
 
 return M

@@ -12,7 +12,14 @@
 --   peer = (opts.exchange or caps.exchange)(sock, link:caps(), role, timeout)
 --   link:activate(peer)                            RTR/RTS, receives, readiness
 -- A side whose probe fails falls back to TCP (all-zero caps) unless
--- opts.fallback == false; all-zero caps from either side keep both on TCP.
+-- opts.fallback == false; all-zero caps from either side keep both on TCP,
+-- except that a side with RDMA and fallback == false refuses a peer that
+-- offers none (ENOTSUP), and one that accepts marks its link
+-- peer_no_rdma = true ("peer has no RDMA: staying on TCP").
+--
+-- Every module of the library is reachable from here: tbrt.task,
+-- tbrt.sock, tbrt.link, tbrt.caps, tbrt.verbs (a device by hand), and
+-- tbrt.perf / tbrt.mlx5 (loaded on first use).
 local ffi = require("ffi")
 local core = require("tbrt.ffi")
 local task = require("tbrt.task")
@@ -24,10 +31,22 @@ local ggml_rpc = require("tbrt.ggml_rpc")
 local C = core.C
 local M = {
   task = task, sock = sock, link = link, caps = caps, ggml_rpc = ggml_rpc,
+  verbs = require("tbrt.verbs"),
   spawn = task.spawn, sleep = task.sleep, all = task.all, with_timeout = task.with_timeout,
   channel = task.channel, run = task.run, now = link.now,
   version = ffi.string(C.tbrt_version()),
 }
+
+-- Modules that cost something to load (the mlx5 layout tables) or are
+-- rarely needed come in on first use: tbrt.perf, tbrt.mlx5.
+local LAZY = { perf = "tbrt.perf", mlx5 = "tbrt.mlx5" }
+setmetatable(M, { __index = function(t, k)
+  local name = LAZY[k]
+  if not name then return nil end
+  local mod = require(name)
+  rawset(t, k, mod)
+  return mod
+end })
 
 M.tcp_connect = sock.connect
 M.tcp_listen = sock.listen
@@ -66,6 +85,16 @@ function M.setup(s, opts, role)
     l:close()
     return nil, string.format("EINVAL: caps exchange returned %s, not %d bytes",
       type(peer) == "string" and (#peer .. " bytes") or type(peer), caps.SIZE)
+  end
+  if caps.is_none(peer) and not caps.is_none(sent or l:caps()) then
+    if opts.fallback == false then
+      local id, dev = l.id, l:info().device
+      l:close()
+      return nil, string.format("ENOTSUP: link %d: caps exchange: the peer offers no RDMA (it sent " ..
+        "all-zero caps: it asked for tcp, or has no usable device) and this side asked for %s " ..
+        "with fallback = false", id, dev)
+    end
+    l.peer_no_rdma = true
   end
   local ok, aerr = l:activate(peer, opts.timeout)
   if not ok then l:close() return nil, aerr end

@@ -20,15 +20,34 @@ require("tbrt.libc")
 local C = core.C
 local M = {}
 
+-- The monotonic clock, read without making garbage: a 64-bit field read
+-- outside compiled code boxes an int64 cdata, so on a little-endian LP64
+-- machine the two longs are read as 32-bit words instead (tv_nsec < 1e9
+-- fits the low word). perf.measure takes a timestamp per iteration.
 ffi.cdef [[
   struct tbrt_timespec { long tv_sec; long tv_nsec; };
+  union tbrt_timespec_words { struct tbrt_timespec ts; uint32_t w[4]; };
   int clock_gettime(int clk, struct tbrt_timespec *ts);
 ]]
-local ts = ffi.new("struct tbrt_timespec")
 local CLOCK_MONOTONIC = 1
-local function now()
-  ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+local now
+if ffi.abi("le") and ffi.abi("64bit") and ffi.sizeof("long") == 8 then
+  -- tw itself is kept in M: the pointer and the array view do not keep
+  -- the memory they point into alive
+  local tw = ffi.new("union tbrt_timespec_words")
+  M._clock_words = tw
+  local tsp = ffi.cast("struct tbrt_timespec *", tw)
+  local w = ffi.cast("uint32_t *", tw)
+  now = function()
+    ffi.C.clock_gettime(CLOCK_MONOTONIC, tsp)
+    return w[0] + w[1] * 4294967296 + w[2] * 1e-9
+  end
+else
+  local ts = ffi.new("struct tbrt_timespec")
+  now = function()
+    ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
+    return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+  end
 end
 M.now = now
 
@@ -49,7 +68,7 @@ local OPTS = {
   gid_index = "number", port = "number", nbuf = "number", stride = "number",
   framing = "string", qp_type = "string", timeout = "number", liveness = "number",
   spin = "number", trace = "boolean", fallback = "boolean", exchange = "function",
-  connect_timeout = "number",
+  connect_timeout = "number", stall = "number",
 }
 -- tbrt's own framing ("tbrt" = "auto": fixed on Apple devices, variable on
 -- Linux), or llama.cpp's RDMA transports byte for byte (core/include/tbrt.h)
@@ -104,6 +123,7 @@ local function c_opts(opts)
   if opts.timeout then o.timeout = opts.timeout end
   if opts.liveness then o.liveness = opts.liveness end
   if opts.spin then o.spin = opts.spin end
+  if opts.stall then o.stall = opts.stall end
   if opts.trace then o.trace = 1 end
   return o
 end
@@ -177,13 +197,14 @@ function Link:activate(peer_caps, timeout)
   local n = self:_fds()
   local sockfd = n == 2 and self.fds[1] or self.fds[0]
   while true do
+    if not self._l then return nil, self:_closed_while("readiness") end
     rc = C.tbrt_link_ready(self._l)
     if rc == 0 then break end
     if rc ~= EAGAIN then return nil, self:_err(rc) end
     local left = deadline - now()
     if left <= 0 then
-      return nil, string.format("ETIMEDOUT: link %d: readiness: no byte from the peer within %g s",
-        self.id, timeout)
+      return nil, string.format("ETIMEDOUT: link %d: readiness: no byte from the peer within %g s: " ..
+        "is the other end activating its side (activate after the caps exchange)?", self.id, timeout)
     end
     task.poll(sockfd, "r", left)
   end
@@ -203,11 +224,12 @@ local others_ready = task.others_ready
 
 -- Wait until a call for `what` would not block (or an error is there to
 -- report), or until deadline ("timeout"). Returns true when the caller
--- should try again. While it spins, other tasks that are ready run first
--- (one thread serves every link: spinning on one would starve the rest);
--- the spin window survives those turns (the caller's deadline names its
--- operation), so waiters that keep letting each other run still park once
--- it is over.
+-- should try again; nil, "closed" when another task closed the link while
+-- this one was parked (the caller must not touch the core's link then).
+-- While it spins, other tasks that are ready run first (one thread serves
+-- every link: spinning on one would starve the rest); the spin window
+-- survives those turns (the caller's deadline names its operation), so
+-- waiters that keep letting each other run still park once it is over.
 function Link:_wait(what, deadline, events)
   local l = self._l
   local spin = self.spin
@@ -223,6 +245,7 @@ function Link:_wait(what, deadline, events)
     if t < t_end and others_ready() then
       self._spin_for, self._spin_end = deadline, t_end
       task.sleep(0)
+      if not self._l then return nil, "closed" end
       return true
     end
     if t >= t_end then
@@ -230,6 +253,7 @@ function Link:_wait(what, deadline, events)
       local a = C.tbrt_link_arm(l)
       if a ~= 0 then
         if a > 0 then task.sleep(0) end       -- let others run, then look again
+        if not self._l then return nil, "closed" end
         return true
       end
       local nap = NAP_MAX
@@ -238,9 +262,15 @@ function Link:_wait(what, deadline, events)
       if deadline and deadline - t < nap then nap = deadline - t end
       local nfd, fd0 = self:_fds()
       if nfd > 0 then task.poll(fd0, events, nap) else task.sleep(nap) end
+      if not self._l then return nil, "closed" end
       return true
     end
   end
+end
+
+function Link:_closed_while(op)
+  return string.format("ECANCELED: link %d: %s: the link was closed (by another task) while " ..
+    "this one waited", self.id, op)
 end
 
 local function as_pointer(data, len, what)
@@ -271,9 +301,10 @@ function Link:send(data, len, timeout)
       done = done + r
     elseif r == EAGAIN then
       deadline = deadline or now() + (timeout or self.timeout)
-      if not self:_wait(WAIT_SEND, deadline, self.tcp and "w" or "r") then
-        return nil, string.format("ETIMEDOUT: link %d: send: %d of %d bytes accepted within " ..
-          "%g s (the peer is not reading)", self.id, done, n, timeout or self.timeout), done
+      local ok, why = self:_wait(WAIT_SEND, deadline, self.tcp and "w" or "r")
+      if not ok then
+        if why == "closed" then return nil, self:_closed_while("send"), done end
+        return nil, self:_err(C.tbrt_link_timed_out(l, WAIT_SEND, done, n, timeout or self.timeout)), done
       end
     else
       return nil, self:_err(r), done
@@ -295,7 +326,9 @@ function Link:flush(timeout)
     if rc == 0 then return true end
     if rc ~= EAGAIN then return nil, self:_err(rc) end
     deadline = deadline or now() + (timeout or self.timeout)
-    if not self:_wait(WAIT_SEND, deadline, "w") then
+    local ok, why = self:_wait(WAIT_SEND, deadline, "w")
+    if not ok then
+      if why == "closed" then return nil, self:_closed_while("flush") end
       return nil, string.format("ETIMEDOUT: link %d: flush: not done within %g s", self.id,
         timeout or self.timeout)
     end
@@ -321,9 +354,10 @@ function Link:recv_into(buf, n, timeout, some)
       if some then return got end
     elseif r == EAGAIN then
       deadline = deadline or now() + (timeout or self.timeout)
-      if not self:_wait(WAIT_RECV, deadline, "r") then
-        return nil, string.format("ETIMEDOUT: link %d: recv: %d of %d bytes arrived within %g s " ..
-          "(peer alive but silent)", self.id, got, n, timeout or self.timeout), got
+      local ok, why = self:_wait(WAIT_RECV, deadline, "r")
+      if not ok then
+        if why == "closed" then return nil, self:_closed_while("recv"), got end
+        return nil, self:_err(C.tbrt_link_timed_out(l, WAIT_RECV, got, n, timeout or self.timeout)), got
       end
     elseif r == 0 then
       if some and got > 0 then return got end
@@ -393,7 +427,7 @@ function Link:info()
     kind = ffi.string(i.kind), personality = ffi.string(i.personality),
     framing = FRAMINGS[i.framing], qp_type = QPT[i.qp_type], port = i.port,
     gid_index = i.gid_index, qpn = i.qpn, peer_qpn = i.peer_qpn, nbuf = i.nbuf,
-    stride = i.stride, why_device = ffi.string(i.why_device),
+    stride = i.stride, why_device = ffi.string(i.why_device), fallback = ffi.string(i.fallback),
   }
 end
 
@@ -424,6 +458,7 @@ function Link:close(timeout)
     while C.tbrt_link_inflight(l) ~= 0 and C.tbrt_link_progress(l) >= 0 do
       if not self:_wait(WAIT_IDLE, deadline, "w") then break end
     end
+    if not self._l then return true end     -- another task closed it meanwhile
   end
   local n, fd0, fd1 = self:_fds()
   if n >= 1 then task.poll_close(fd0) end

@@ -9,14 +9,17 @@
 --   tbrt - args...                the script comes from stdin
 --   tbrt                          the REPL on a terminal; otherwise stdin
 --                                 is run a chunk at a time (tbrt.repl)
---   tbrt devices [-v]             list the devices (tbrt.cli)
+--   tbrt devices [-v] ...         a subcommand (tbrt.cli.COMMANDS)
 --   tbrt -v | -h                  version | usage
 --
 -- The command line is parsed by tbrt.cli (lua-argparse); options stop at
 -- the script's name, so the script's own arguments are never touched.
 --
 -- The main chunk, the -e chunks and -l modules run in the main task, so
--- they may wait (task.sleep, t:join, ...) at top level. Exit codes: 0 once
+-- they may wait (task.sleep, t:join, ...) at top level. They find the
+-- library as the global tbrt (as the REPL does); -l NAME puts the module in
+-- the global NAME, as lua -l does (a dotted name: its last part; G=NAME:
+-- in G). Exit codes: 0 once
 -- the main chunk has returned and no handle is left active (like luvit);
 -- n from os.exit(n); 1 for an uncaught error (in the script, in a task
 -- nobody joined, in a raw luv callback) or when the main task waits for
@@ -69,7 +72,7 @@ function M.parse(argv)
 end
 
 local function choose_mode(plan)
-  if plan.command then return plan.command end
+  if plan.command then return "command" end
   if plan.help then return "help" end
   if plan.version then return "version" end
   if plan.script == "-" then return "stdin" end
@@ -132,7 +135,10 @@ local function main_body(plan)
   local ok, err = xpcall(function()
     for _, p in ipairs(plan.pre) do
       if p.kind == "l" then
-        require(p.value)
+        local global, name = M.l_names(p.value)
+        local ok, mod = pcall(require, name)
+        if not ok then plain_error("-l " .. p.value .. ": " .. tostring(mod)) end
+        rawset(_G, global, mod)
       elseif p.kind == "j" then
         jit_command(p.value)
       else
@@ -159,6 +165,31 @@ local function main_body(plan)
     if getmetatable(err) == Plain then fail(err.message) end
     fail(tostring(err) .. "\n" .. traceback)
   end
+end
+
+-- -l VALUE -> the global to set and the module to require: "G=mod.x" ->
+-- G, mod.x; "mod.x" -> x, mod.x; "mod" -> mod, mod.
+function M.l_names(value)
+  local global, name = value:match("^([%a_][%w_]*)=(.+)$")
+  if global then return global, name end
+  return value:match("([^%.]+)$") or value, value
+end
+
+-- The library as the global tbrt, loaded when first used (so -e code may
+-- still set up package.path or package.preload before it loads). When it
+-- cannot load (no libtbrt), using the global raises why; scripts that do
+-- not use it run. A script that sets a metatable of its own on _G takes
+-- this one's place (require("tbrt") always works).
+local function lazy_tbrt_global()
+  if rawget(_G, "tbrt") ~= nil or getmetatable(_G) ~= nil then return end
+  setmetatable(_G, { __index = function(g, k)
+    if k ~= "tbrt" then return nil end
+    setmetatable(g, nil)
+    local ok, lib = pcall(require, "tbrt")
+    if not ok then error("the tbrt library is not loaded: " .. tostring(lib), 2) end
+    rawset(g, "tbrt", lib)
+    return lib
+  end })
 end
 
 -- The program runs the loop; a script written for plain luajit that ends
@@ -204,6 +235,7 @@ end
 -- Run the main task, then the loop until nothing is left.
 function modes.script(plan)
   _G.arg = script_arg(plan.argv, plan.script_index)
+  lazy_tbrt_global()
   local main_task = task.spawn(main_body, plan)
   uv.run("default")
   local code = 0
@@ -225,17 +257,15 @@ function modes.repl(plan)
   return modes.script(plan)
 end
 
-function modes.devices(plan)
-  if plan.help then
-    print(cli.help("devices"))
-    return 0
-  end
-  local ok, err = pcall(cli.devices, plan.verbose)
+-- A subcommand (tbrt.cli.COMMANDS): its exit code; an error it raises is
+-- reported as "tbrt: <message>", exit 1.
+function modes.command(plan)
+  local ok, code = pcall(cli.run, plan)
   if not ok then
-    report(tostring(err))
+    report(tostring(code))
     return 1
   end
-  return 0
+  return code
 end
 
 function M.main(argv)

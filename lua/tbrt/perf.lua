@@ -1,28 +1,66 @@
--- tbrt/perf.lua - measure a link: ping-pong latency and streaming bandwidth
--- both ways, with every byte of every message checked.
+-- tbrt/perf.lua - measure a link: ping-pong latency with every iteration
+-- timed, and streaming bandwidth both ways, with every byte of every
+-- message checked; and the answering side, bounded against a hostile peer.
 --
--- One side drives (perf.drive), the other answers (perf.serve). The driver
--- sends a 16-byte request {op, size, count, seed} and then the data:
+-- One side drives (perf.measure), the other answers (perf.serve). All
+-- integers little-endian:
+--   request  24 bytes  { magic "TBPF", op, size, count, seed, 0 }
+--   reply     8 bytes  { status (0: accepted), len } then len bytes of text
 --   op 1 PINGPONG  count round trips of size bytes (the server echoes)
 --   op 2 PUSH      count messages driver -> server, then a 1-byte ack
 --   op 3 PULL      count messages server -> driver, then a 1-byte ack
---   op 0 DONE
--- Message i of a run starts with its index (8 bytes) and continues with a
--- pattern from the seed; receivers compare the whole message (memcmp speed),
--- so a lost, repeated or corrupted byte fails the run with its position.
+--   op 0 DONE      no reply; serve returns
+-- Message i of a request starts with its index (8 bytes) and continues
+-- with a pattern from the seed; receivers compare the whole message
+-- (memcmp speed), so a lost, repeated or corrupted byte fails the run with
+-- its position.
+--
+-- What a peer may ask is bounded before anything is done for it: size
+-- 1..MAX_SIZE, count 1..MAX_COUNT; a refusal goes back in the reply (the
+-- driver raises it) and is the error serve returns. A size's buffers are
+-- allocated only once the first bytes of its data have arrived (PINGPONG,
+-- PUSH), so a request alone never costs memory, and at most one size is
+-- kept (2 x MAX_SIZE bytes).
 local ffi = require("ffi")
 local link = require("tbrt.link")
+local stats = require("tbrt.perf.stats")
 
 ffi.cdef [[ int memcmp(const void *a, const void *b, size_t n); ]]
 local C = ffi.C
 local now = link.now
 
 local M = {}
-local PINGPONG, PUSH, PULL, DONE = 1, 2, 3, 0
-local REQ = ffi.typeof("struct { uint32_t op, size, count, seed; }")
-local REQ_SIZE = ffi.sizeof(REQ)
 
--- A buffer of n bytes: pattern from seed (index stamped per message later).
+-- The largest message the answering end serves: the top of pair.lua's test
+-- plan (1 B .. 16 MiB, the largest message a TN3205 link carries whole is
+-- 16,773,120 bytes; the link streams larger ones, so 16 MiB is a round cap).
+M.MAX_SIZE = 16 * 2 ^ 20
+-- The most messages one request may ask for (warm-up included), so the
+-- work a request starts stays finite; pair.lua's --iters and --warmup are
+-- each at most half of it.
+M.MAX_COUNT = 20000000
+M.MAX_ITERS = M.MAX_COUNT / 2
+
+local PINGPONG, PUSH, PULL, DONE = 1, 2, 3, 0
+local OP_NAME = { [PINGPONG] = "PINGPONG", [PUSH] = "PUSH", [PULL] = "PULL", [DONE] = "DONE" }
+local MAGIC = 0x46504254                -- "TBPF" in memory
+local REQ = ffi.typeof("struct { uint32_t magic, op, size, count, seed, reserved; }")
+local REQ_SIZE = ffi.sizeof(REQ)
+local REPLY = ffi.typeof("struct { uint32_t status, len; }")
+local REPLY_SIZE = ffi.sizeof(REPLY)
+-- Longest refusal text either side sends or reads.
+local MAX_TEXT = 512
+local U32 = 4294967296
+
+local function human(n)
+  if n >= 2 ^ 20 and n % 2 ^ 20 == 0 then return (n / 2 ^ 20) .. " MiB" end
+  if n >= 1024 and n % 1024 == 0 then return (n / 1024) .. " KiB" end
+  return n .. " B"
+end
+M.human = human
+
+-- A buffer of n bytes (at least 8, so the index always fits): pattern from
+-- seed; the index is stamped per message.
 local function pattern(n, seed)
   local b = ffi.new("uint8_t[?]", math.max(n, 8))
   local x = seed
@@ -33,16 +71,29 @@ local function pattern(n, seed)
   return b
 end
 
-local function stamp(buf, n, i)
-  if n >= 8 then ffi.cast("uint64_t *", buf)[0] = i end
+-- Message buffers for one size: want (the pattern), msg (what arrives),
+-- and 32-bit views of their first 8 bytes. The index is written and read
+-- as two 32-bit words: a 64-bit read outside compiled code would allocate.
+local function buffers(n, seed)
+  local want, msg = pattern(n, seed), ffi.new("uint8_t[?]", math.max(n, 8))
+  return { size = n, seed = seed, want = want, msg = msg,
+    want32 = ffi.cast("uint32_t *", want), msg32 = ffi.cast("uint32_t *", msg) }
 end
 
--- Where msg (n bytes, message i) differs from the pattern, or nil.
-local function differs(msg, want, n, i)
+local function stamp(b, n, i)
   if n >= 8 then
-    if ffi.cast("uint64_t *", msg)[0] ~= i then
-      return string.format("message %d carries index %s (lost or repeated?)", i,
-        tostring(ffi.cast("uint64_t *", msg)[0]))
+    b.want32[0] = i % U32
+    b.want32[1] = math.floor(i / U32)
+  end
+end
+
+-- Where message i (n bytes, in b.msg) differs from the pattern, or nil.
+local function differs(b, n, i)
+  local msg, want = b.msg, b.want
+  if n >= 8 then
+    local lo, hi = b.msg32[0], b.msg32[1]
+    if lo ~= i % U32 or hi ~= math.floor(i / U32) then
+      return string.format("message %d carries index %.0f (lost or repeated?)", i, lo + hi * U32)
     end
     if C.memcmp(msg + 8, want + 8, n - 8) == 0 then return nil end
   elseif C.memcmp(msg, want, n) == 0 then
@@ -67,55 +118,115 @@ local function recv(l, buf, n, timeout)
   if not got then error(err, 0) end
 end
 
-local function expect(l, buf, want, n, i, timeout, who)
-  recv(l, buf, n, timeout)
-  local bad = differs(buf, want, n, i)
+-- Receive message i (its first `have` bytes are in b.msg already) and check it.
+local function expect(l, b, n, i, timeout, who, have)
+  have = have or 0
+  if n > have then recv(l, b.msg + have, n - have, timeout) end
+  local bad = differs(b, n, i)
   if bad then error(string.format("EBADMSG: %s: %d-byte %s", who, n, bad), 0) end
 end
 
--- Answer requests until DONE. Returns true, or nil, err.
-function M.serve(l, timeout)
-  timeout = timeout or 60
+---------------------------------------------------------------------------
+-- The answering side.
+
+-- Why a request cannot be served (a text starting with an errno name), or nil.
+local function refusal(op, n, count, max_size)
+  if not OP_NAME[op] then
+    return string.format("EPROTO: perf: unknown request op %d (a newer or foreign peer?)", op)
+  end
+  if n < 1 or n > max_size then
+    return string.format("EMSGSIZE: perf: %s of %s messages refused: sizes go from 1 B to %s " ..
+      "(perf.MAX_SIZE)", OP_NAME[op], n .. " B", human(max_size))
+  end
+  if count < 1 or count > M.MAX_COUNT then
+    return string.format("EINVAL: perf: %s of %d messages refused: counts go from 1 to %d " ..
+      "(perf.MAX_COUNT)", OP_NAME[op], count, M.MAX_COUNT)
+  end
+end
+
+local function reply(l, text)
+  local r = REPLY()
+  if text then
+    text = text:sub(1, MAX_TEXT)
+    r.status, r.len = 1, #text
+  end
+  local ok, err = l:send(r, REPLY_SIZE)
+  if ok and text then ok, err = l:send(text) end
+  if ok then ok, err = l:flush() end
+  return ok, err
+end
+
+-- Answer requests until DONE. opts: timeout (of every wait, 60 s; a number
+-- alone is taken as it), max_size (MAX_SIZE). Returns { requests, bytes }
+-- (what was served), or nil, err: the link's error, a message that did not
+-- match, a refused request (also sent to the peer) or a malformed one.
+function M.serve(l, opts)
+  if type(opts) ~= "table" then opts = { timeout = opts } end
+  local timeout = opts.timeout or 60
+  local max_size = math.min(opts.max_size or M.MAX_SIZE, M.MAX_SIZE)
   local req = REQ()
-  local bufs = {}
-  local function buffers(size, seed)
-    local b = bufs[size]
-    if not b or b.seed ~= seed then
-      b = { want = pattern(size, seed), msg = ffi.new("uint8_t[?]", math.max(size, 8)), seed = seed }
-      bufs = { [size] = b }
+  local head = ffi.new("uint8_t[8]")   -- the first bytes of a size's first message
+  local b                              -- the buffers of the size served last
+  local served = { requests = 0, bytes = 0 }
+  local function buffers_for(n, seed)
+    if not b or b.size ~= n or b.seed ~= seed then
+      -- the old size's buffers go first, so no more than one size is held
+      local big = b and b.size >= 2 ^ 20
+      b = nil
+      if big then collectgarbage() end
+      b = buffers(n, seed)
     end
     return b
   end
   local ok, err = pcall(function()
     while true do
       recv(l, req, REQ_SIZE, timeout)
-      local op, n, count = req.op, req.size, req.count
+      -- one copy of the peer's words, read once
+      local magic, op, n, count, seed = req.magic, req.op, req.size, req.count, req.seed
+      if magic ~= MAGIC then
+        error(string.format("EPROTO: perf: request magic 0x%08x is not TBPF (not a pair.lua " ..
+          "peer, or the stream is out of step)", magic), 0)
+      end
       if op == DONE then return end
-      local b = buffers(n, req.seed)
-      if op == PINGPONG then
+      local why = refusal(op, n, count, max_size)
+      if why then
+        reply(l, why)
+        error(why, 0)
+      end
+      local rok, rerr = reply(l, nil)
+      if not rok then error(rerr, 0) end
+      served.requests = served.requests + 1
+      served.bytes = served.bytes + n * count
+      if op == PINGPONG or op == PUSH then
+        -- nothing is allocated until the data comes
+        local k = math.min(n, 8)
+        recv(l, head, k, timeout)
+        local buf = buffers_for(n, seed)
+        ffi.copy(buf.msg, head, k)
+        local who = op == PINGPONG and "serve pingpong" or "serve push"
         for i = 0, count - 1 do
-          expect(l, b.msg, b.want, n, i, timeout, "serve pingpong")
-          send(l, b.msg, n)
+          expect(l, buf, n, i, timeout, who, i == 0 and k or 0)
+          if op == PINGPONG then send(l, buf.msg, n) end
         end
-      elseif op == PUSH then
-        for i = 0, count - 1 do expect(l, b.msg, b.want, n, i, timeout, "serve push") end
-        send(l, "\1", 1)
-      elseif op == PULL then
+        if op == PUSH then send(l, "\1", 1) end
+      else
+        local buf = buffers_for(n, seed)
         for i = 0, count - 1 do
-          stamp(b.want, n, i)
-          local sok, serr = l:send(b.want, n)
+          stamp(buf, n, i)
+          local sok, serr = l:send(buf.want, n)
           if not sok then error(serr, 0) end
         end
         send(l, "", 0)
-        recv(l, b.msg, 1, timeout)
-      else
-        error(string.format("EPROTO: perf: unknown request op %d", op), 0)
+        recv(l, buf.msg, 1, timeout)
       end
     end
   end)
   if not ok then return nil, err end
-  return true
+  return served
 end
+
+---------------------------------------------------------------------------
+-- The driving side.
 
 -- How many messages of n bytes make a fair measurement: about `budget`
 -- bytes, within [lo, hi].
@@ -125,67 +236,107 @@ local function count_for(n, budget, lo, hi)
 end
 M.count_for = count_for
 
--- Measure one size. opts: iters (fixed count for every test), timeout,
--- lat_only / bw_only. Returns a row:
---   { size, messages, lat_us (one way), bw_push (GB/s), bw_pull (GB/s) }
+-- Default counts per size. Latency: 1000 round trips (enough for a p99.9)
+-- up to 256 KiB, then about 256 MiB worth, at least 20; its warm-up a
+-- tenth of that, 1..100. Bandwidth: about 256 MiB worth, 5..20000; its
+-- warm-up about 4 MiB worth, at least 2.
+function M.lat_iters(n) return count_for(n, 256 * 2 ^ 20, 20, 1000) end
+function M.lat_warmup(iters) return math.max(1, math.min(100, math.ceil(iters / 10))) end
+function M.bw_iters(n) return count_for(n, 256 * 2 ^ 20, 5, 20000) end
+function M.bw_warmup(n, iters) return math.max(2, math.min(iters, math.floor(4 * 2 ^ 20 / math.max(n, 1)))) end
+
+-- Timestamps of the latency loop, kept between sizes (grown when needed),
+-- so the loop itself allocates nothing.
+local ts_buf, ts_len = nil, 0
+local function timestamps(n)
+  if n > ts_len then
+    ts_buf, ts_len = ffi.new("double[?]", n), n
+  end
+  return ts_buf
+end
+
+-- Send a request and wait for its reply; a refusal is raised.
+local function request(l, req, op, n, count, seed, timeout)
+  req.magic, req.op, req.size, req.count, req.seed, req.reserved = MAGIC, op, n, count, seed, 0
+  send(l, req, REQ_SIZE)
+  local r = REPLY()
+  recv(l, r, REPLY_SIZE, timeout)
+  local status, len = r.status, r.len
+  if status == 0 then return end
+  if len > MAX_TEXT then
+    error(string.format("EPROTO: perf: the answering end refused %s with a %d-byte reason " ..
+      "(more than %d: not a pair.lua peer?)", OP_NAME[op], len, MAX_TEXT), 0)
+  end
+  local text = len > 0 and ffi.new("char[?]", len)
+  if text then recv(l, text, len, timeout) end
+  error("the answering end refused: " .. (text and ffi.string(text, len) or "(no reason given)"), 0)
+end
+
+-- Measure one size. opts: iters (timed messages per test), warmup (untimed
+-- ones before them), timeout, lat_only / bw_only, flush_each. Returns the
+-- row (what pair.lua --json prints):
+--   size, messages (timed, both tests, both ways)
+--   lat_iters, lat_warmup, lat_{min,typical,mean,p99,p99_9,max,stdev}_us
+--     one-way latency (half of each round trip), per iteration
+--   bw_iters, bw_warmup, bw_push, bw_pull (GB/s), msg_rate_push, msg_rate_pull
+--     (messages/s); push: this side sends, pull: it receives
+-- Errors (a link error, a message that does not match, a refusal) are raised.
 function M.measure(l, n, opts)
   opts = opts or {}
   local timeout = opts.timeout or 60
   local seed = (n * 2654435761) % 2147483648 + 1
-  local want = pattern(n, seed)
-  local msg = ffi.new("uint8_t[?]", math.max(n, 8))
+  local b = buffers(n, seed)
   local req = REQ()
   local row = { size = n, messages = 0 }
-  local function request(op, count)
-    req.op, req.size, req.count, req.seed = op, n, count, seed
-    send(l, req, REQ_SIZE)
-  end
   if not opts.bw_only then
-    local count = opts.iters or count_for(n, 64 * 2 ^ 20, 5, 2000)
-    request(PINGPONG, count)
-    local t0
-    for i = 0, count - 1 do
-      if i == 1 then t0 = now() end         -- the first round trip warms up
-      stamp(want, n, i)
-      send(l, want, n)
-      expect(l, msg, want, n, i, timeout, "pingpong")
+    local count = opts.iters or M.lat_iters(n)
+    local warm = opts.warmup or M.lat_warmup(count)
+    local ts = timestamps(count + 1)
+    request(l, req, PINGPONG, n, warm + count, seed, timeout)
+    for i = 0, warm + count - 1 do
+      if i >= warm then ts[i - warm] = now() end
+      stamp(b, n, i)
+      send(l, b.want, n)
+      expect(l, b, n, i, timeout, "pingpong")
     end
-    local dt = now() - (t0 or now())
-    row.lat_us = count > 1 and dt / (count - 1) / 2 * 1e6 or nil
+    ts[count] = now()
+    local s = stats.from_timestamps(ts, count, 0.5 * 1e6)
+    row.lat_iters, row.lat_warmup = count, warm
+    row.lat_min_us, row.lat_typical_us, row.lat_mean_us = s.min, s.typical, s.mean
+    row.lat_p99_us, row.lat_p99_9_us, row.lat_max_us, row.lat_stdev_us = s.p99, s.p99_9, s.max, s.stdev
     row.messages = row.messages + 2 * count
   end
   if not opts.lat_only then
-    local count = opts.iters or count_for(n, 256 * 2 ^ 20, 5, 20000)
-    -- a short untimed stream each way first: page faults and first touches
-    -- of the rings (the other end maps them too) belong to set-up
-    local warm = math.max(2, math.min(count, math.floor(4 * 2 ^ 20 / math.max(n, 1))))
-    request(PUSH, warm)
-    for i = 0, warm - 1 do
-      stamp(want, n, i)
-      local ok, err = l:send(want, n)
-      if not ok then error(err, 0) end
+    local count = opts.iters or M.bw_iters(n)
+    -- an untimed stream each way first: page faults and first touches of
+    -- the rings (the other end maps them too) belong to set-up
+    local warm = opts.warmup or M.bw_warmup(n, count)
+    local function push(c)
+      request(l, req, PUSH, n, c, seed, timeout)
+      for i = 0, c - 1 do
+        stamp(b, n, i)
+        local ok, err = l:send(b.want, n)
+        if not ok then error(err, 0) end
+        if opts.flush_each then l:flush() end
+      end
+      send(l, "", 0)
+      recv(l, b.msg, 1, timeout)
     end
-    send(l, "", 0)
-    recv(l, msg, 1, timeout)
-    request(PULL, warm)
-    for i = 0, warm - 1 do expect(l, msg, want, n, i, timeout, "pull") end
-    send(l, "\1", 1)
-    request(PUSH, count)
+    local function pull(c)
+      request(l, req, PULL, n, c, seed, timeout)
+      for i = 0, c - 1 do expect(l, b, n, i, timeout, "pull") end
+      send(l, "\1", 1)
+    end
+    if warm > 0 then push(warm) pull(warm) end
     local t0 = now()
-    for i = 0, count - 1 do
-      stamp(want, n, i)
-      local ok, err = l:send(want, n)
-      if not ok then error(err, 0) end
-      if opts.flush_each then l:flush() end
-    end
-    send(l, "", 0)
-    recv(l, msg, 1, timeout)
-    row.bw_push = count * n / (now() - t0) / 1e9
-    request(PULL, count)
+    push(count)
+    local dt = now() - t0
+    row.bw_push, row.msg_rate_push = count * n / dt / 1e9, count / dt
     t0 = now()
-    for i = 0, count - 1 do expect(l, msg, want, n, i, timeout, "pull") end
-    row.bw_pull = count * n / (now() - t0) / 1e9
-    send(l, "\1", 1)
+    pull(count)
+    dt = now() - t0
+    row.bw_pull, row.msg_rate_pull = count * n / dt / 1e9, count / dt
+    row.bw_iters, row.bw_warmup = count, warm
     row.messages = row.messages + 2 * count
   end
   return row
@@ -193,44 +344,36 @@ end
 
 function M.done(l)
   local req = REQ()
-  req.op = DONE
+  req.magic, req.op = MAGIC, DONE
   send(l, req, REQ_SIZE)
 end
 
 M.DEFAULT_SIZES = { 1, 8, 64, 512, 4096, 32768, 131072, 1048576, 4194304, 16777216 }
 
--- "1,4K,64KiB,16M" -> { 1, 4096, 65536, 16777216 }
-function M.parse_sizes(s)
+local UNIT = { [""] = 1, k = 1024, K = 1024, m = 2 ^ 20, M = 2 ^ 20, g = 2 ^ 30, G = 2 ^ 30 }
+
+-- One size ("4K", "64KiB", "16M", "130000"): bytes, or nil, why.
+function M.parse_size(item)
+  local num, unit = item:match("^(%d+)([KkMmGg]?)i?[Bb]?$")
+  if not num then return nil, "'" .. item .. "' is not a size (use e.g. 1, 4K, 64KiB, 16M)" end
+  return tonumber(num) * UNIT[unit]
+end
+
+-- "1,4K,64KiB,16M" -> { 1, 4096, 65536, 16777216 }, each 1 B .. max
+-- (MAX_SIZE), or nil, why.
+function M.parse_sizes(s, max)
+  max = max or M.MAX_SIZE
   local out = {}
   for item in s:gmatch("[^,%s]+") do
-    local num, unit = item:match("^(%d+)([KkMmGg]?)i?[Bb]?$")
-    if not num then return nil, "bad size '" .. item .. "' (use e.g. 1,4K,64K,16M)" end
-    local mult = ({ [""] = 1, k = 1024, K = 1024, m = 2 ^ 20, M = 2 ^ 20, g = 2 ^ 30, G = 2 ^ 30 })[unit]
-    local v = tonumber(num) * mult
-    if v < 1 or v > 2 ^ 31 then return nil, "size " .. item .. " out of range 1 B .. 2 GiB" end
+    local v, why = M.parse_size(item)
+    if not v then return nil, why end
+    if v < 1 or v > max then
+      return nil, string.format("size %s is out of range: sizes go from 1 B to %s", item, human(max))
+    end
     out[#out + 1] = v
   end
-  if #out == 0 then return nil, "no sizes" end
+  if #out == 0 then return nil, "no sizes given (use e.g. 1,4K,64K,16M)" end
   return out
-end
-
-local function human(n)
-  if n >= 2 ^ 20 and n % 2 ^ 20 == 0 then return (n / 2 ^ 20) .. " MiB" end
-  if n >= 1024 and n % 1024 == 0 then return (n / 1024) .. " KiB" end
-  return n .. " B"
-end
-M.human = human
-
--- The table pair.lua prints.
-function M.format_header()
-  return string.format("%10s %9s %10s %10s %12s", "size", "messages", "GB/s ->", "GB/s <-",
-    "latency us")
-end
-
-function M.format_row(r)
-  local function f(v, fmt) return v and string.format(fmt, v) or "-" end
-  return string.format("%10s %9d %10s %10s %12s", human(r.size), r.messages,
-    f(r.bw_push, "%.3f"), f(r.bw_pull, "%.3f"), f(r.lat_us, "%.2f"))
 end
 
 return M

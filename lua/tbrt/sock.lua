@@ -26,12 +26,23 @@ local function errstr(e)
   return (names[e] or ("E" .. e)) .. ": " .. ffi.string(C.strerror(e))
 end
 
+-- "host:port" of a luv address ({ ip, port, family }), IPv6 in brackets.
+local function addr_text(a)
+  if not a or not a.ip then return "?" end
+  return (a.ip:find(":", 1, true) and ("[" .. a.ip .. "]") or a.ip) .. ":" .. tostring(a.port)
+end
+M.addr_text = addr_text
+
+-- sock.peer: the other end's address as text ("10.0.0.2:51234").
 local function from_handle(h, what)
   local fd = h:fileno()
+  local peer = h:getpeername()
   local nfd = fd and libc.dup(fd) or -1
   h:close()
   if nfd < 0 then return nil, "EBADF: " .. what .. ": cannot take the socket over" end
-  return setmetatable({ fd = nfd, what = what }, Sock)
+  local text = addr_text(peer)
+  if what:find("^accept ") then what = what .. " from " .. text end
+  return setmetatable({ fd = nfd, what = what, peer = text }, Sock)
 end
 
 -- Connect, bounded by timeout seconds (nil: unbounded).
@@ -110,7 +121,10 @@ function Server:close()
     self.tcp = nil
     for _, c in ipairs(self.pending) do c:close() end
     self.pending = {}
-    for _, w in ipairs(self.waiters) do task.wake(w, nil) end
+    for _, w in ipairs(self.waiters) do
+      task.wake(w, nil, string.format("ECANCELED: accept on %s:%d: the server was closed", self.host,
+        self.port))
+    end
     self.waiters = {}
   end
 end

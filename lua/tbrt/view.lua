@@ -48,15 +48,16 @@ return function(Link, env)
     return s
   end
 
-  local function closed_while(self, op)
-    return string.format("ECANCELED: link %d: %s: the link was closed while this task waited",
-      self.id, op)
-  end
-
+  -- what a wait that ran out says to check (as the C calls' messages)
   local function timed_out(self, op, timeout)
-    return string.format("ETIMEDOUT: link %d: %s: not possible within %g s (%s)", self.id, op,
-      timeout, op == "send_view" and "every stride is in flight: the peer is not reading" or
-      "peer alive but silent")
+    if op == "send_view" then
+      return string.format("ETIMEDOUT: link %d: send_view: no room within %g s (the call's " ..
+        "timeout): every stride is in flight and the peer, alive, is not taking them (not " ..
+        "reading?)", self.id, timeout)
+    end
+    return string.format("ETIMEDOUT: link %d: recv_view: nothing arrived within %g s (the " ..
+      "call's timeout); the peer is alive but sent nothing more: check that it sends, and " ..
+      "flushes after its last send", self.id, timeout)
   end
 
   -- The waits are apart from the calls: the fast path (a view at once) has
@@ -66,10 +67,10 @@ return function(Link, env)
     while true do
       local ok, why = self:_wait(WAIT_SEND, deadline, self.tcp and "w" or "r")
       if not ok then
-        if why == "closed" then return nil, closed_while(self, "send_view") end
+        if why == "closed" then return nil, self:_closed_while("send_view") end
         return nil, timed_out(self, "send_view", timeout or self.timeout)
       end
-      if not self._l then return nil, closed_while(self, "send_view") end
+      if not self._l then return nil, self:_closed_while("send_view") end
       local r = tonumber(C.tbrt_link_send_view(l, want, out))
       if r > 0 then
         self._sv = r
@@ -125,10 +126,10 @@ return function(Link, env)
     while true do
       local ok, why = self:_wait(WAIT_RECV, deadline, "r")
       if not ok then
-        if why == "closed" then return nil, closed_while(self, "recv_view") end
+        if why == "closed" then return nil, self:_closed_while("recv_view") end
         return nil, timed_out(self, "recv_view", timeout or self.timeout)
       end
-      if not self._l then return nil, closed_while(self, "recv_view") end
+      if not self._l then return nil, self:_closed_while("recv_view") end
       local r = tonumber(C.tbrt_link_recv_view(l, out))
       if r ~= EAGAIN then return recv_view_got(self, r, out) end
     end

@@ -6,17 +6,16 @@
  *
  * Prints one line "name value unit". The child accepts and answers (echo
  * for lat; reads everything and acks for bw); the parent measures. Both
+ * ends are set up by tbrt_link_listen/accept/connect, as any C program's. Both
  * check the data: bytes are a pattern, each message stamped with its index.
  * A short untimed warm-up goes first (page faults and first touches of the
  * rings are set-up, not transfer). */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,34 +38,20 @@ static void die(const char *what, tbrt_link *l)
     exit(1);
 }
 
-static tbrt_link *setup(int fd, const char *dev, const char *pers)
+static void opts_for(tbrt_link_opts *o, const char *dev, const char *pers)
 {
-    tbrt_link_opts o;
-    tbrt_link_opts_init(&o);
-    o.device = dev;
-    o.personality = pers && *pers && strcmp(pers, "-") ? pers : NULL;
-    uint8_t caps[TBRT_CAPS_SIZE], peer[TBRT_CAPS_SIZE];
-    char err[512];
-    tbrt_link *l;
-    if (tbrt_link_probe(fd, &o, &l, caps, err, sizeof err)) {
-        fprintf(stderr, "tbrt-bench: probe: %s\n", err);
+    tbrt_link_opts_init(o);
+    o->device = dev;
+    o->personality = pers && *pers && strcmp(pers, "-") ? pers : NULL;
+    o->no_fallback = 1;          /* measure the device asked for, or fail */
+}
+
+static tbrt_link *ready_or_die(tbrt_link *l, const char *what, const tbrt_error *err)
+{
+    if (!l) {
+        fprintf(stderr, "tbrt-bench: %s: %s: %s\n", what, tbrt_errname(err->code), err->msg);
         exit(1);
     }
-    /* the default exchange: each side writes its caps, then reads the peer's */
-    if (write(fd, caps, sizeof caps) != (ssize_t)sizeof caps)
-        die("caps write", NULL);
-    size_t got = 0;
-    while (got < sizeof peer) {
-        ssize_t n = read(fd, peer + got, sizeof peer - got);
-        if (n > 0)
-            got += (size_t)n;
-        else if (n < 0 && errno == EAGAIN)
-            usleep(100);
-        else
-            die("caps read", NULL);
-    }
-    if (tbrt_link_activate_wait(l, peer, sizeof peer))
-        die("activate", l);
     return l;
 }
 
@@ -98,19 +83,20 @@ int main(int argc, char **argv)
     const char *dev = argv[1], *pers = argv[2], *mode = argv[3];
     size_t n = strtoull(argv[4], NULL, 0);
     long iters = strtol(argv[5], NULL, 0);
-    int ls = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof sa;
-    if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 1) ||
-        getsockname(ls, (struct sockaddr *)&sa, &sl))
-        die("listen", NULL);
+    /* the helpers of tbrt.h set the link up: TCP, probe, caps exchange,
+     * activation, each step bounded */
+    tbrt_link_opts o;
+    opts_for(&o, dev, pers);
+    tbrt_error err;
+    tbrt_listener *srv = tbrt_link_listen("127.0.0.1", 0, &o, &err);
+    if (!srv)
+        ready_or_die(NULL, "listen", &err);
     uint8_t *want = malloc(n + 8), *buf = malloc(n + 8);
     fill(want, n);
     pid_t child = fork();
     if (child == 0) {
-        int fd = accept(ls, NULL, NULL);
-        close(ls);
-        tbrt_link *l = setup(fd, dev, pers);
+        tbrt_link *l = ready_or_die(tbrt_link_accept(srv, 60, &err), "accept", &err);
+        tbrt_listener_close(srv);
         if (strcmp(mode, "bw") == 0) {
             for (long i = 0; i < WARM; i++)
                 if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
@@ -140,11 +126,9 @@ int main(int argc, char **argv)
         tbrt_link_free(l);
         _exit(0);
     }
-    close(ls);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa))
-        die("connect", NULL);
-    tbrt_link *l = setup(fd, dev, pers);
+    int port = tbrt_listener_port(srv);
+    tbrt_listener_close(srv);
+    tbrt_link *l = ready_or_die(tbrt_link_connect("127.0.0.1", port, &o, &err), "connect", &err);
     double t0 = 0, dt;
     if (strcmp(mode, "lat") == 0) {
         for (long i = 0; i < iters; i++) {

@@ -117,6 +117,55 @@ function H.run(file, args, opts)
   end)
 end
 
+-- Start file with args (in a task) and let it run: a handle with
+--   :stdout(), :stderr()          what it wrote so far
+--   :expect(text, timeout, "err") wait (bounded) until stdout (or stderr) holds text
+--   :wait(timeout)                { code, signal, stdout, stderr, timed_out } (SIGKILL at the bound)
+--   :kill(sig)
+-- opts: env (changes, as H.run).
+function H.spawn(file, args, opts)
+  opts = opts or {}
+  local out, err = uv.new_pipe(false), uv.new_pipe(false)
+  local bufs = { out = {}, err = {} }
+  local h, open = {}, 3
+  local proc, pid = uv.spawn(file, { args = args or {}, env = environment(opts.env),
+    stdio = { nil, out, err } }, function(code, signal)
+      h.code, h.signal = code, signal
+      open = open - 1
+    end)
+  if not proc then
+    out:close() err:close()
+    error("H.spawn: cannot start " .. file .. ": " .. tostring(pid), 0)
+  end
+  h.pid = pid
+  local function reader(list, pipe)
+    return function(_, data)
+      if data then list[#list + 1] = data else pipe:close() open = open - 1 end
+    end
+  end
+  out:read_start(reader(bufs.out, out))
+  err:read_start(reader(bufs.err, err))
+  function h:stdout() return table.concat(bufs.out) end
+  function h:stderr() return table.concat(bufs.err) end
+  function h:expect(text, timeout, which)
+    local list = which == "err" and bufs.err or bufs.out
+    return task.wait(function() return table.concat(list):find(text, 1, true) ~= nil end,
+      timeout or H.RUN_TIMEOUT)
+  end
+  function h:kill(sig) if h.code == nil then proc:kill(sig or "sigkill") end end
+  function h:wait(timeout)
+    local ok = task.wait(function() return open == 0 end, timeout or H.RUN_TIMEOUT)
+    if not ok then
+      h:kill("sigkill")
+      task.wait(function() return open == 0 end, 5)
+    end
+    if not proc:is_closing() then proc:close() end
+    return { code = h.code, signal = h.signal, stdout = h:stdout(), stderr = h:stderr(),
+      timed_out = not ok }
+  end
+  return h
+end
+
 -- Run the tbrt program under test: H.run(H.tbrt, args, opts).
 function H.run_tbrt(args, opts)
   return H.run(H.tbrt, args, opts)

@@ -45,17 +45,24 @@ end
 -- spec/support/ or an absolute path) (not waited for). Returns a handle
 -- with :wait(timeout) -> { code, signal, stdout, stderr } and :kill(sig).
 function L.spawn_peer(args, env, script)
-  local out, err = uv.new_pipe(false), uv.new_pipe(false)
-  local bufs, ebufs = {}, {}
-  local h = { done = false }
   script = script or "peer.lua"
   local full = { script:sub(1, 1) == "/" and script or (H.root .. "/spec/support/" .. script) }
   for _, a in ipairs(args) do full[#full + 1] = tostring(a) end
-  local envl = {}
-  for k, v in pairs(uv.os_environ()) do envl[#envl + 1] = k .. "=" .. v end
-  for k, v in pairs(env or {}) do envl[#envl + 1] = k .. "=" .. v end
+  return L.spawn(H.tbrt, full, env)
+end
+
+-- Start any program with args (not waited for); the same handle as spawn_peer.
+function L.spawn(program, args, env)
+  local out, err = uv.new_pipe(false), uv.new_pipe(false)
+  local bufs, ebufs = {}, {}
+  local h = { done = false }
+  local full = {}
+  for _, a in ipairs(args) do full[#full + 1] = tostring(a) end
+  local map, envl = uv.os_environ(), {}
+  for k, v in pairs(env or {}) do map[k] = v or nil end    -- false removes
+  for k, v in pairs(map) do envl[#envl + 1] = k .. "=" .. v end
   local open = 3
-  local proc, pid = uv.spawn(H.tbrt, { args = full, stdio = { nil, out, err }, env = envl },
+  local proc, pid = uv.spawn(program, { args = full, stdio = { nil, out, err }, env = envl },
     function(code, signal)
       h.code, h.signal = code, signal
       open = open - 1

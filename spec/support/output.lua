@@ -1,7 +1,10 @@
 -- output.lua - busted output handler: one line per test (failures and skips
 -- with their reason), and a last line "N passed, N failed, N skipped" that CI
 -- reads. Errors count as failures; pending tests (#hw without hardware) are
--- skips, never passes.
+-- skips, never passes. With TBRT_SPEC_LABEL set (scripts/check.sh names
+-- its two runs: "sanitizer run (ASan+UBSan, build-asan)", ...) the run
+-- starts with "== <label> ==", its last line is "<label>: N passed, ..."
+-- and the summary file carries the label after the counts.
 return function(options)
   local busted = require("busted")
   local handler = require("busted.outputHandlers.base")()
@@ -9,6 +12,12 @@ return function(options)
   local out = io.stdout
   local passed, failed, skipped = 0, 0, 0
   local t0 = {}
+  local label = os.getenv("TBRT_SPEC_LABEL")
+  if label == "" then label = nil end
+  if label then
+    out:write("== ", label, " ==\n")
+    out:flush()
+  end
 
   local function name(element) return handler.getFullName(element) end
   local function where(element)
@@ -64,8 +73,11 @@ return function(options)
   handler.suiteEnd = function()
     local line = string.format("%d passed, %d failed, %d skipped", passed, failed, skipped)
     local f = _G.TBRT_SPEC_SUMMARY and io.open(_G.TBRT_SPEC_SUMMARY, "w")
-    if f then f:write(string.format("%d %d %d\n", passed, failed, skipped)); f:close() end
-    out:write(line, "\n")
+    if f then
+      f:write(string.format("%d %d %d%s\n", passed, failed, skipped, label and (" " .. label) or ""))
+      f:close()
+    end
+    out:write(label and (label .. ": ") or "", line, "\n")
     out:flush()
     return nil, true
   end

@@ -4,6 +4,7 @@
 --            pattern byte by byte, and send them back; print "ok" at the end.
 -- MODE sink: connect, print "ready", then receive forever (until killed).
 -- MODE source: connect, print "ready", then send forever (until killed).
+-- It connects to 127.0.0.1, or to $PEER_HOST.
 local cjson = require("cjson")
 local tbrt = require("tbrt")
 package.path = package.path .. ";" .. arg[0]:gsub("peer%.lua$", "?.lua")
@@ -11,7 +12,7 @@ local L = require("links")
 
 local mode, port, opts_json = arg[1], tonumber(arg[2]), arg[3]
 local opts = cjson.decode(opts_json)
-local link = assert(tbrt.connect("127.0.0.1", port, opts))
+local link = assert(tbrt.connect(os.getenv("PEER_HOST") or "127.0.0.1", port, opts))
 io.stdout:write("connected ", tostring(link), "\n")
 io.stdout:flush()
 

@@ -25,6 +25,7 @@
 
 #include "engine/transport/framing.h"
 #include "engine/transport/transport.h"
+#include "util/debug.h"
 #include "util/util.h"
 
 #define RECV_TAG RDMA_RECV_TAG
@@ -35,6 +36,18 @@
 #define LLAMA_HOP_LIMIT 1
 
 static const char *wc_status_text(int st) { return dev_wc_status_name(st); }
+
+/* TBRT_DEBUG=3: one line per frame, with the time since the link was made
+ * and since the previous frame the same way. */
+static void dbg_frame(struct xport *x, const char *what, uint32_t stride, uint32_t seq,
+                      uint32_t len, uint32_t wire, double *last)
+{
+    double t = now_s();
+    dbg_line(x->link_id, "%s: stride %u seq %u, %u payload bytes, %u on the wire "
+             "(t=%.6f s, +%.1f us)", what, stride, seq, len, wire, t - x->t0,
+             *last > 0 ? (t - *last) * 1e6 : 0.0);
+    *last = t;
+}
 
 /* ---- setup ------------------------------------------------------------------ */
 
@@ -295,6 +308,9 @@ static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
     if (got < 0)
         return -x->err;
     uint32_t len = (uint32_t)got;
+    if (DBG_ON(DBG_FRAME))
+        dbg_frame(x, "frame in", buf, x->framing == TBRT_FRAMING_LLAMA_APPLE ? 0 : x->recv_seq - 1,
+                  len, wc->byte_len, &x->dbg_last_in);
     x->recv_posted--;
     x->stats.frames_recv++;
     if (len == 0) {             /* nothing to read: straight back to the device */
@@ -321,7 +337,11 @@ static int rdma_progress(struct xport *x)
     for (int i = 0; i < n; i++) {
         bool is_recv = wc[i].wr_id & RECV_TAG;
         if (wc[i].status != IBV_WC_SUCCESS) {
+            /* the vendor's text, else what the device said while polling
+             * (a completion it could not believe, say) */
             const char *v = tbrt_dev_vendor_err(x->dev, wc[i].vendor_err);
+            if (!v[0] && wc[i].vendor_err == 0)
+                v = tbrt_dev_why(x->dev);
             return xport_fail(x, wc[i].status == IBV_WC_RETRY_EXC_ERR ? ECONNRESET : EIO,
                              "%s completion: %s%s%s", is_recv ? "recv" : "send",
                              wc_status_text(wc[i].status), v[0] ? ": " : "", v);
@@ -335,6 +355,9 @@ static int rdma_progress(struct xport *x)
             if (!x->send_count || buf != x->send_head)
                 return xport_fail(x, EPROTO, "send completion for stride %u, expected %u", buf,
                                  x->send_head);
+            if (DBG_ON(DBG_FRAME))
+                dbg_line(x->link_id, "frame sent: stride %u completed, %u still in flight "
+                         "(t=%.6f s)", buf, x->send_count - 1, now_s() - x->t0);
             x->send_head = (x->send_head + 1) % x->nbuf;
             x->send_count--;
         }
@@ -376,6 +399,8 @@ static int post_pending(struct xport *x)
     if (rc)
         return xport_fail(x, -rc, "post_send stride %u (%u bytes): %s", i, bytes,
                          tbrt_dev_why(x->dev));
+    if (DBG_ON(DBG_FRAME))
+        dbg_frame(x, "frame out", i, seq, len, bytes, &x->dbg_last_out);
     x->send_count++;
     x->stats.frames_sent++;
     x->pend_buf = -1;
@@ -530,44 +555,53 @@ static bool rdma_idle(struct xport *x) { return x->send_count == 0; }
 
 static int rdma_inflight(struct xport *x) { return (int)x->send_count; }
 
+/* A teardown step's result: the first failure is kept for close to report,
+ * and the step shows as "qp(failed)" in the log. */
+static bool step(struct xport *x, int rc, const char *what)
+{
+    if (rc && !x->close_err) {
+        x->close_err = -rc;
+        /* the device's message names the operation and the object */
+        snprintf(x->close_why, sizeof x->close_why, "%s", tbrt_dev_why(x->dev));
+    }
+    char name[16];
+    snprintf(name, sizeof name, "%.4s%s", what, rc ? "(failed)" : "");
+    xport_log_teardown(x, rc ? name : what);
+    return rc == 0;
+}
+
 /* Destroy in the order hardware needs: the QP first (it can write into the
  * rings until it is gone), then the regions, the rings, the CQ, the PD, the
  * device. Never move the QP to ERR first: Apple's provider then fails every
- * region unmap. */
+ * region unmap. A destroy that fails is reported (close_err) and the rest
+ * goes on: closing the device destroys what is left (each device owns its
+ * objects). A QP that is not gone may still write into the receive ring,
+ * so then the rings are released only after the device. */
 void rdma_teardown(struct xport *x)
 {
+    bool qp_gone = true;
     if (x->qp) {
-        tbrt_qp_destroy(x->qp);
-        xport_log_teardown(x, "qp");
+        qp_gone = step(x, tbrt_qp_destroy(x->qp), "qp");
         x->qp = NULL;
     }
-    tbrt_mr *mrs[2] = {x->send_mr, x->recv_mr};
-    for (int i = 0; i < 2; i++)
-        if (mrs[i]) {
-            int rc = tbrt_mr_dereg(mrs[i]);
-            if (rc && !x->close_err) {
-                x->close_err = -rc;
-                snprintf(x->close_why, sizeof x->close_why, "dereg_mr: %s", tbrt_dev_why(x->dev));
-            }
-            xport_log_teardown(x, "mr");
-        }
+    if (x->send_mr)
+        step(x, tbrt_mr_dereg(x->send_mr), "mr");
+    if (x->recv_mr)
+        step(x, tbrt_mr_dereg(x->recv_mr), "mr");
     x->send_mr = x->recv_mr = NULL;
     uint8_t *mems[2] = {x->send_mem, x->recv_mem};
     size_t sizes[2] = {x->send_ring_bytes, x->ring_bytes};
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2 && qp_gone; i++)
         if (mems[i]) {
             munmap(mems[i], sizes[i]);
             xport_log_teardown(x, "buf");
         }
-    x->send_mem = x->recv_mem = NULL;
     if (x->cq) {
-        tbrt_cq_destroy(x->cq);
-        xport_log_teardown(x, "cq");
+        step(x, tbrt_cq_destroy(x->cq), "cq");
         x->cq = NULL;
     }
     if (x->pd) {
-        tbrt_pd_free(x->pd);
-        xport_log_teardown(x, "pd");
+        step(x, tbrt_pd_free(x->pd), "pd");
         x->pd = NULL;
     }
     if (x->dev) {
@@ -575,6 +609,12 @@ void rdma_teardown(struct xport *x)
         xport_log_teardown(x, "dev");
         x->dev = NULL;
     }
+    for (int i = 0; i < 2 && !qp_gone; i++)
+        if (mems[i]) {
+            munmap(mems[i], sizes[i]);
+            xport_log_teardown(x, "buf");
+        }
+    x->send_mem = x->recv_mem = NULL;
     free(x->inq);
     x->inq = NULL;
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine/transport/transport.h"
+#include "util/debug.h"
 #include "util/util.h"
 
 /* Sends of at least TCP_DIRECT bytes go straight to the socket when nothing
@@ -27,12 +28,23 @@
  * touched only as far as a read fills them). */
 #define TCP_VIEW_READ (256 * 1024)
 
+/* TBRT_DEBUG=3: one line per socket write or read that moved bytes. */
+static void dbg_io(struct xport *x, const char *what, size_t n, size_t of, double *last)
+{
+    double t = now_s();
+    dbg_line(x->link_id, "%s: %zu of %zu bytes (t=%.6f s, +%.1f us)", what, n, of, t - x->t0,
+             *last > 0 ? (t - *last) * 1e6 : 0.0);
+    *last = t;
+}
+
 static int tcp_write_out(struct xport *x)
 {
     size_t off = 0;
     while (off < x->tcp_len) {
         ssize_t n = send(x->fd, x->tcp_buf + off, x->tcp_len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
+            if (DBG_ON(DBG_FRAME))
+                dbg_io(x, "tcp write", (size_t)n, x->tcp_len - off, &x->dbg_last_out);
             off += (size_t)n;
             continue;
         }
@@ -61,6 +73,8 @@ static intptr_t tcp_send(struct xport *x, const void *buf, size_t len)
     if (x->tcp_len == 0 && len >= TCP_DIRECT) {
         ssize_t n = send(x->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
+            if (DBG_ON(DBG_FRAME))
+                dbg_io(x, "tcp write (direct)", (size_t)n, len, &x->dbg_last_out);
             x->stats.bytes_sent += (size_t)n;
             x->stats.frames_sent++;
             return n;
@@ -109,6 +123,8 @@ static intptr_t tcp_recv(struct xport *x, void *buf, size_t len)
     for (;;) {
         ssize_t n = recv(x->fd, buf, len, MSG_DONTWAIT);
         if (n > 0) {
+            if (DBG_ON(DBG_FRAME))
+                dbg_io(x, "tcp read", (size_t)n, len, &x->dbg_last_in);
             x->stats.bytes_recv += (size_t)n;
             x->stats.frames_recv++;
             return n;

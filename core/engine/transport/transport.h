@@ -65,6 +65,8 @@ struct link_inq {
  * before setup; the transport owns the rest. */
 struct xport {
     int link_id;                /* (engine) for "link N: probe: ..." messages */
+    double t0;                  /* (engine) when the link was made: debug times */
+    double dbg_last_out, dbg_last_in; /* last frame each way (TBRT_DEBUG=3) */
     int fd;                     /* (engine) the bootstrap socket */
     const tbrt_link_opts *opts; /* (engine) the link's options */
     tbrt_link_stats stats;

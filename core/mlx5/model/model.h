@@ -39,4 +39,15 @@ struct model_state {
 };
 void model_state_get(struct model *m, struct model_state *st);
 
+/* Fault injection into what the device writes, for specs of the driver's
+ * checks of hostile device output: the next CQE of the kind named is
+ * corrupted (any thread; one fault at a time). */
+enum model_fault {
+    MODEL_FAULT_NONE = 0,
+    MODEL_FAULT_CQE_WQE_COUNTER,    /* a send CQE names a WQE never posted */
+    MODEL_FAULT_CQE_BYTE_COUNT,     /* a receive CQE: more bytes than its buffer holds */
+    MODEL_FAULT_CQE_OPCODE,         /* a CQE with an opcode no CQE has */
+};
+void model_fault(struct model *m, int fault);
+
 #endif

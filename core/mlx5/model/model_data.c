@@ -8,6 +8,7 @@
  * EQ's interrupt. Local checks (lkey, bounds, length) happen here first, so
  * bad work requests give the error CQEs a ConnectX gives. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <infiniband/mlx5dv.h>
@@ -68,6 +69,8 @@ int model_data_mkey_create(struct model *m, struct model_mkey *k)
         return 0; /* no wire: the mkey still works for local checks */
     int access = (k->lw ? IBV_ACCESS_LOCAL_WRITE : 0) | (k->rw ? IBV_ACCESS_REMOTE_WRITE : 0) |
                  (k->rr ? IBV_ACCESS_REMOTE_READ : 0);
+    if (k->len > k->mapped) /* create_mkey refuses this; never register what is not there */
+        return -EINVAL;
     int rc = tbrt_mr_reg(m->soft_pd, k->virt, k->len, access, &k->soft);
     if (rc < 0) {
         snprintf(m->soft_why, sizeof m->soft_why, "%s", tbrt_dev_why(m->soft));
@@ -225,9 +228,27 @@ static void raise_eqe(struct model *m, struct model_cq *cq)
 
 static uint32_t cq_ci(struct model_cq *cq) { return __atomic_load_n((uint32_t *)cq->dbr, __ATOMIC_ACQUIRE); }
 
+/* A fault injected for specs (model_fault): corrupt this CQE if it fits. */
+static void inject_fault(struct model *m, struct mlx5_cqe64 *c, uint8_t *opcode)
+{
+    int f = atomic_load(&m->fault);
+    bool recv = *opcode != MLX5_CQE_REQ && *opcode != MLX5_CQE_REQ_ERR;
+    if (f == MODEL_FAULT_CQE_WQE_COUNTER && !recv)
+        c->wqe_counter = htobe16((uint16_t)(be16toh(c->wqe_counter) + 0x100));
+    else if (f == MODEL_FAULT_CQE_BYTE_COUNT && recv && *opcode != MLX5_CQE_RESP_ERR)
+        c->byte_cnt = htobe32(0x7fffffff);
+    else if (f == MODEL_FAULT_CQE_OPCODE)
+        *opcode = 0xb;           /* no CQE has it (mlx5dv.h: 0..6, 12..15) */
+    else
+        return;
+    atomic_store(&m->fault, MODEL_FAULT_NONE);
+}
+
 /* Write one CQE; op_own goes last so the driver never sees half a CQE. */
 static void write_cqe(struct model *m, struct model_cq *cq, struct mlx5_cqe64 *src, uint8_t opcode)
 {
+    if (TBRT_UNLIKELY(atomic_load_explicit(&m->fault, memory_order_relaxed)))
+        inject_fault(m, src, &opcode);
     uint32_t size = 1u << cq->log_size, ci = be32toh(cq_ci(cq)) & 0xffffff;
     if (((cq->pi - ci) & 0xffffff) >= size)
         return; /* overrun: a real CQ would raise a CQ error event */
@@ -333,7 +354,8 @@ static int translate(struct model *m, const struct mlx5_wqe_data_seg *d, int wri
     struct model_mkey *k = model_mkey_find(m, key);
     if (!k || !k->virt || !k->soft || (write && !k->lw))
         return MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
-    if (addr < k->start || addr - k->start > k->len || len > k->len - (addr - k->start))
+    uint64_t span = TBRT_MIN(k->len, k->mapped); /* what the mkey says and really maps */
+    if (addr < k->start || addr - k->start > span || len > span - (addr - k->start))
         return MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
     sge->addr = (uintptr_t)(k->virt + (addr - k->start));
     sge->length = len;

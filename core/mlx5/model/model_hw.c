@@ -251,7 +251,9 @@ static void snapshot(struct model *m)
     st.initialized = m->initialized;
     st.issi = m->issi;
     st.pages_given = m->npages;
-    st.pages_owed = m->boot_owed + m->init_owed + m->regular_owed;
+    /* a model may be told to ask for absurd numbers (specs of the driver) */
+    int64_t owed = (int64_t)m->boot_owed + m->init_owed + m->regular_owed;
+    st.pages_owed = owed > INT32_MAX ? INT32_MAX : (int)owed;
     model_objects_count(m, &st);
     st.commands = m->commands;
     st.bad_commands = m->bad_commands;

@@ -72,6 +72,8 @@ struct model_mkey {
     int access_mode, lr, lw, rr, rw, length64;
     uint64_t start, len;
     uint8_t *virt;               /* start's virtual address (MTT: contiguous) */
+    uint64_t mapped;             /* bytes from virt the MTT's pages really back
+                                    (>= len; every use is checked against it) */
     tbrt_mr *soft;
 };
 
@@ -125,6 +127,7 @@ struct model {
     pthread_t thread;
     int thread_started;
     atomic_int stop;
+    atomic_int fault;            /* enum model_fault, for the next CQE it fits */
     int wake_fd;
     int irq_fd[MODEL_IRQ_VECTORS];
     uint8_t cfg[256];            /* PCI config space */

@@ -69,12 +69,16 @@ static uint8_t *pas_buffer(struct model *m, const uint8_t *pas, uint32_t npages)
     return model_dma(m, first, (size_t)npages * PAGE);
 }
 
-static int pas_fits(struct model_cmd *c, uint32_t fixed, uint32_t npages)
+static int pas_fits(struct model_cmd *c, uint32_t fixed, uint64_t npages)
 {
-    return c->inlen >= fixed + 8ull * npages;
+    return npages <= UINT32_MAX / 8 && c->inlen >= fixed + 8ull * npages;
 }
 
 static uint32_t pages_for(uint64_t bytes) { return (uint32_t)((bytes + PAGE - 1) / PAGE); }
+
+/* Pages of an MTT mkey, in 64 bits: a 2^44-byte length needs 2^32 of them,
+ * which a uint32_t would wrap to 0 (an mkey of any length on one page). */
+static uint64_t pages_for64(uint64_t bytes) { return bytes / PAGE + (bytes % PAGE != 0); }
 
 static int uar_ok(struct model *m, uint32_t uar)
 {
@@ -104,25 +108,24 @@ static int create_mkey(struct model *m, struct model_cmd *c)
         return BAD_RES(c);
     if (k.access_mode == MLX5C_MKC_ACCESS_MODE_MTT) {
         uint32_t log_pg = IGET(mkc, mkc, log_page_size);
-        uint32_t n = IGET(c->in, create_mkey_in, translations_octword_actual_size) * 2;
-        if (log_pg != 12 || k.len == 0 || k.length64)
+        uint64_t n = (uint64_t)IGET(c->in, create_mkey_in, translations_octword_actual_size) * 2;
+        if (log_pg != 12 || k.len == 0 || k.length64 || k.len > UINT64_MAX - k.start)
             return BAD_PARAM(c, SYND_BAD_PARAM);
         uint64_t first = k.start & ~(uint64_t)(PAGE - 1);
-        uint32_t need = pages_for(k.start + k.len - first);
+        uint64_t need = pages_for64(k.start + k.len - first);
+        /* every page of the length in the table, the table in the input */
         if (n < need || !pas_fits(c, MLX5S_create_mkey_in, need))
             return fail(c, MLX5C_CMD_STAT_BAD_INP_LEN_ERR, SYND_INLEN);
-        uint8_t pas[8 * 2];
         const uint8_t *mtt = c->in + MLX5S_create_mkey_in;
-        uint64_t p0 = ld_be64(mtt) & ~(uint64_t)MTT_FLAGS_MASK;
-        uint8_t *base = model_dma(m, p0, PAGE);
-        for (uint32_t i = 0; base && i < need; i++) {
-            st_be64(pas, ld_be64(mtt + 8 * i) & ~(uint64_t)MTT_FLAGS_MASK);
-            if (model_dma(m, ld_be64(pas), PAGE) != base + (size_t)i * PAGE)
+        uint8_t *base = model_dma(m, ld_be64(mtt) & ~(uint64_t)MTT_FLAGS_MASK, PAGE);
+        for (uint64_t i = 0; base && i < need; i++)
+            if (model_dma(m, ld_be64(mtt + 8 * i) & ~(uint64_t)MTT_FLAGS_MASK, PAGE) !=
+                base + i * PAGE)
                 base = NULL; /* the model wants virtually consecutive pages */
-        }
         if (!base)
             return BAD_PARAM(c, SYND_BAD_ADDRESS);
         k.virt = base + (k.start - first);
+        k.mapped = need * PAGE - (k.start - first);
     } else if (k.access_mode == MLX5C_MKC_ACCESS_MODE_PA) {
         k.virt = NULL; /* bus addresses, translated per access */
     } else {

@@ -132,6 +132,8 @@ int pci_model_open(const void *opts, struct mlx5_pci **out, char *err, size_t er
 
 struct mlx5_pci *model_pci(struct model *m) { return &m->pci; }
 
+void model_fault(struct model *m, int fault) { atomic_store(&m->fault, fault); }
+
 struct model *model_of_pci(struct mlx5_pci *p)
 {
     return p && p->ops == &model_pci_ops ? (struct model *)p : NULL;

@@ -182,6 +182,7 @@ local OPEN_OPTS = { model = "boolean", pci = "string", trace = "any", raw = "boo
 
 local Dev = {}
 Dev.__index = Dev
+M.Dev = Dev
 
 local function why(self) return ffi.string(C.tbrt_mlx5_why(self.h)) end
 
