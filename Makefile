@@ -60,7 +60,9 @@ PC       := $(BUILD)/tbrt.pc
 
 .PHONY: all lib check test test-asan asan run bench install clean deps cdef-check
 BENCH_C  := $(BUILD)/tbrt-bench
-all: lib $(TBRT) $(CDEF) $(PC) $(BENCH_C)
+# the other C-driven benchmarks: views against copies, many links, memcpy
+BENCH_MORE := $(BUILD)/tbrt-stream $(BUILD)/tbrt-scale $(BUILD)/tbrt-memcpy
+all: lib $(TBRT) $(CDEF) $(PC) $(BENCH_C) $(BENCH_MORE)
 lib: $(LIB_SO) $(LIB_A)
 
 # The header hash ties the library, the generated cdef and the bindings
@@ -100,6 +102,10 @@ $(TBRT): $(HOST_OBJ)
 # everything so it always compiles.
 $(BENCH_C): scripts/bench/tbrt_bench.c $(HEADERS) $(LIB_SO)
 	$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -ltbrt -Wl,-rpath,'$$ORIGIN'
+
+$(BENCH_MORE): $(BUILD)/tbrt-%: scripts/bench/tbrt_%.c scripts/bench/bench_common.c \
+                scripts/bench/bench_common.h $(HEADERS) $(LIB_SO)
+	$(CC) $(ALL_CFLAGS) -o $@ $< scripts/bench/bench_common.c -L$(BUILD) -ltbrt -Wl,-rpath,'$$ORIGIN'
 
 $(PC): Makefile
 	@mkdir -p $(dir $@)

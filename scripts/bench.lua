@@ -7,6 +7,10 @@
 --   the tcp link at 64 KiB and 4 MiB against qperf tcp_bw;
 --   Debian's perftest on tbrt's libibverbs (tbrt exec): ib_send_lat -s 8
 --   and ib_send_bw -s 65536, against the same ucx_perftest figures.
+--   zero-copy views against the copying calls and the memcpy ceilings, Lua
+--   against C on the same protocol, the tcp link busy-polling
+--   (scripts/bench/figures_views.lua); 1..64 links and a ring of 8
+--   processes, plotted to build/scale.png (scripts/bench/figures_scale.lua).
 --
 -- Prints one table (tbrt, anchor, ratio, target) and writes the figures as
 -- JSON to build*/bench.json. Environment: TBRT_BENCH_RUNS (5),
@@ -161,9 +165,17 @@ end
 
 ---------------------------------------------------------------------------
 
+-- how busy the machine is (figures taken under load are noisy): at the start and the end
+local function loadavg()
+  local f = io.open("/proc/loadavg")
+  local l = f and f:read("*l")
+  if f then f:close() end
+  return l and tonumber(l:match("^(%S+)")) or nil
+end
+
 io.stderr:write(string.format("# tbrt bench: %d runs each, soft personality %s, %d CPUs\n", RUNS,
   PERS, #uv.cpu_info()))
-local r = {}
+local r = { load_start = loadavg() }
 r.c_lat = measure("tbrt soft C lat 8 B", c_bench("soft", PERS, "lat", 8, 20000))
 r.c_bw64 = measure("tbrt soft C bw 64 KiB", c_bench("soft", PERS, "bw", 65536, 20000))
 r.c_bw4m = measure("tbrt soft C bw 4 MiB", c_bench("soft", PERS, "bw", 4194304, 300))
@@ -196,6 +208,16 @@ do
   end
 end
 
+-- views against copies, the memcpy ceilings, the tcp link busy-polling, many
+-- links (scripts/bench/figures_*.lua): their figures join r, their rows the table
+local more_rows = {}
+for _, part in ipairs({ "figures_views", "figures_scale" }) do
+  local rows = dofile(root .. "/scripts/bench/" .. part .. ".lua")({ r = r, measure = measure,
+    sh = sh, build = build, tbrt = tbrt, root = root, pers = PERS, runs = RUNS, qperf = qperf })
+  for _, row in ipairs(rows) do more_rows[#more_rows + 1] = row end
+end
+r.load_end = loadavg()
+
 local function ratio(a, b) return (a and b and b ~= 0) and a / b or nil end
 local function f(v, fmt) return v and string.format(fmt or "%.3f", v) or "NA" end
 local function check(v, want, cmp)
@@ -225,10 +247,14 @@ local rows = {
 table.insert(rows, { "matrix driver overhead per cell, s (netns)", r.matrix_overhead, 1, "(seconds)", "<=", 0.5 })
 table.insert(rows, { "matrix cells' time / (pairs' + overhead)", r.matrix_wall, r.matrix_budget, "sum of pairs", "<=", 1.0 })
 
+for _, row in ipairs(more_rows) do rows[#rows + 1] = row end
+
+print(string.format("\nload average %s at the start, %s at the end (%d CPUs): above ~0.5 the " ..
+  "figures are taken on a busy machine", tostring(r.load_start), tostring(r.load_end), #uv.cpu_info()))
 print(string.format("%-42s %10s %10s  %-16s %7s  %s", "measure (" .. PERS .. ")", "tbrt", "anchor",
   "anchor is", "ratio", "target"))
 for _, row in ipairs(rows) do
-  local q = ratio(row[2], row[3])
+  local q = row.ratio or ratio(row[2], row[3])   -- row.ratio: the median of paired runs
   print(string.format("%-42s %10s %10s  %-16s %7s  %s", row[1], f(row[2]), f(row[3]), row[4],
     f(q, "%.2f"), row[5] and check(q, row[6], row[5]) or "(information)"))
 end

@@ -151,7 +151,7 @@ describe("the REPL in a terminal", function()
     p:wait_screen(function() return p:cursor_line() == "tbrt> a:stats" end)
     p:send(K.ctrl_u .. "a:s" .. K.tab)
     -- more than one way on: the candidates are listed, the line stays
-    p:wait_screen("\nsend%s+settimeouts%s+stats\ntbrt> a:s$")
+    p:wait_screen("\nsend%s+send_view%s+settimeouts%s+stats\ntbrt> a:s$")
     p:send(K.ctrl_u .. "tbrt.conn" .. K.tab)
     p:wait_screen(function() return p:cursor_line() == "tbrt> tbrt.connect" end)
     p:send(K.ctrl_u .. "pai" .. K.tab)

@@ -157,7 +157,7 @@ void tbrt_link_opts_init(tbrt_link_opts *o)
     o->stride = 128 * 1024;     /* measured best of 32/64/128/256 KiB on TB5 */
     o->timeout = 30.0;
     o->liveness = 2.0;
-    o->spin = 50e-6;
+    o->spin = -1;               /* by transport: link_spin() */
 }
 
 static int normalize(tbrt_link *l, const tbrt_link_opts *in, char *err, size_t errlen)
@@ -186,7 +186,7 @@ static int normalize(tbrt_link *l, const tbrt_link_opts *in, char *err, size_t e
     if (!(o->liveness > 0))
         o->liveness = d.liveness;
     if (!(o->spin >= 0))
-        o->spin = d.spin;
+        o->spin = -1;           /* NaN too */
     if (!(o->stall > 0))
         o->stall = 0;
     if (o->nbuf < 2 || o->nbuf > 4096)
@@ -402,7 +402,7 @@ intptr_t tbrt_link_send(tbrt_link *l, const void *buf, size_t len)
     if (!l || (!buf && len))
         return -EINVAL;
     int rc = link_usable(l, "send");
-    if (rc)
+    if (rc || (rc = views_busy_send(l, "send")) != 0)
         return rc;
     if (l->bye)
         return link_note(l, EPIPE, "send: the peer closed the link");
@@ -440,12 +440,14 @@ intptr_t tbrt_link_recv(tbrt_link *l, void *buf, size_t len)
         /* what arrived before the peer died */
         return recv_done(l, link_took(l, l->t->recv(&l->x, buf, len)), len);
     int rc = link_usable(l, "recv");
-    if (rc)
+    if (rc || (rc = views_busy_recv(l, "recv")) != 0)
         return rc;
     if (len == 0)
         return 0;
-    /* turnaround: a request still coalescing would never reach the peer */
-    if ((rc = (int)link_took(l, l->t->flush(&l->x))) != 0 && rc != -EAGAIN)
+    /* turnaround: a request still coalescing would never reach the peer
+     * (unless a send view is open in that stride: it goes at its flush) */
+    if (!l->views.send_open && (rc = (int)link_took(l, l->t->flush(&l->x))) != 0 &&
+        rc != -EAGAIN)
         return rc;
     if (!l->x.dev) {
         /* tcp: the socket itself knows; one recv, no poll first */
@@ -475,7 +477,7 @@ int tbrt_link_flush(tbrt_link *l)
     if (!l)
         return -EINVAL;
     int rc = link_usable(l, "flush");
-    if (rc)
+    if (rc || (rc = views_busy_send(l, "flush")) != 0)
         return rc;
     size_t pending = l->x.dev ? (l->x.pend_buf >= 0 ? l->x.pend_len : 0) : l->x.tcp_len;
     rc = (int)link_took(l, l->t->flush(&l->x));
@@ -620,6 +622,7 @@ static int link_close(tbrt_link *l, bool drain)
         return -EINVAL;
     if (l->state == TBRT_LINK_CLOSED)
         return 0;
+    views_before_teardown(l);   /* an open send view's bytes are not sent */
     if (l->state == TBRT_LINK_READY && !l->x.peer_dead) {
         /* let what was sent land before saying goodbye, bounded */
         link_took(l, l->t->flush(&l->x));
@@ -632,6 +635,7 @@ static int link_close(tbrt_link *l, bool drain)
     }
     if (l->t)
         l->t->teardown(&l->x);
+    views_after_teardown(l);
     if (l->x.fd >= 0) {
         shutdown(l->x.fd, SHUT_WR);
         close(l->x.fd);

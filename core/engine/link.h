@@ -11,6 +11,7 @@
 
 #include "dev/dev.h"
 #include "engine/transport/transport.h"
+#include "engine/views.h"
 
 /* tbrt_link_inject: the fallback's tcp setup fails (after the frame hooks 1..4) */
 #define LINK_INJECT_FALLBACK_SETUP 5
@@ -35,6 +36,7 @@ struct tbrt_link {
     double stall_since;         /* first send that found no room, 0: not stalled */
     unsigned blocked_tick;
     bool ready_sent;
+    struct link_views views;    /* open zero-copy views (views.c) */
     struct xport x;             /* the transport's state (transport.h) */
 };
 
@@ -70,6 +72,16 @@ int link_send_byte(tbrt_link *l, uint8_t b);
 int link_check_tcp_acks(tbrt_link *l, double now);
 /* 1 byte read, 0 would block, <0 error (EOF is -ECONNRESET). */
 int link_recv_byte(tbrt_link *l, uint8_t *b);
+
+/* How long a waiter busy-polls before it sleeps: opts.spin when set (>= 0),
+ * else 50 us on RDMA links (a completion comes sooner than a wake-up) and 0
+ * on tcp (the kernel wakes a reader as fast as spinning would, without
+ * taking the core from its own network processing). */
+#define LINK_SPIN_RDMA 50e-6
+static inline double link_spin(const tbrt_link *l)
+{
+    return l->opts.spin >= 0 ? l->opts.spin : l->x.dev ? LINK_SPIN_RDMA : 0;
+}
 
 /* select.c: the device, port and GID facing the peer of the socket */
 int link_select_device(tbrt_link *l, char *err, size_t errlen);

@@ -22,9 +22,7 @@
 int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, bool writing)
 {
     bool tcp = !l->x.dev, tcp_out = writing && tcp;
-    /* the kernel wakes a tcp reader as fast as spinning would, without
-     * taking the core from its own network processing */
-    double spin = tcp ? 0 : l->opts.spin;
+    double spin = link_spin(l);
     double now = now_s(), deadline = now + timeout, spin_until = now + spin;
     /* the clock costs as much as a poll of the queue (more in a VM): read
      * it every few idle turns, and after progress only to restart the spin */

@@ -271,7 +271,9 @@ typedef struct tbrt_link_opts {
     double liveness;         /* a peer gone (process dead: EOF; host dead: no TCP
                                 keepalive or acknowledgement answered) is reported
                                 within this, seconds (2); it breaks the link */
-    double spin;             /* busy-poll this long before sleeping, seconds (50e-6) */
+    double spin;             /* busy-poll this long before sleeping, seconds; < 0 (the
+                                default): 50e-6 on RDMA links, 0 on tcp (set it to
+                                busy-poll a tcp link's socket too) */
     int trace;               /* mlx5 command trace */
     double stall;            /* a peer alive but not progressing: a send that moves
                                 nothing for this long fails with ETIMEDOUT "peer alive
@@ -362,6 +364,45 @@ int tbrt_link_progress(tbrt_link *l);
 intptr_t tbrt_link_send_all(tbrt_link *l, const void *buf, size_t len, double timeout);
 intptr_t tbrt_link_recv_all(tbrt_link *l, void *buf, size_t len, double timeout);
 intptr_t tbrt_link_recv_some(tbrt_link *l, void *buf, size_t len, double timeout);
+
+/* ---- zero-copy views -------------------------------------------------- */
+
+/* Views hand out the link's own ring memory instead of copying through a
+ * caller's buffer (core/engine/views.c has the whole contract):
+ *
+ * send_view: a writable span at the end of the stride being filled; returns
+ *   its length (>0), -EAGAIN when every stride is in flight, or an error.
+ *   want = 0 asks for all the room the stride has. The span is at most
+ *   min(want, room left in the stride) and never crosses strides: it is at
+ *   most the stride payload (stride - 16 bytes in tbrt's framing, - 8 in
+ *   llama-apple), 256 KiB (one SEND) in llama-linux and on tcp. For more,
+ *   commit and ask again; for a span of exactly want contiguous bytes that
+ *   did not fit, flush() and ask again (a fresh stride).
+ * commit: sends the first n bytes of the open send view (n <= its length;
+ *   n = 0 sends nothing) and closes it; the rest of the span is given back
+ *   (the next view starts right after the committed bytes). A full stride
+ *   is posted; flush() posts a partly filled one, as after send(). On
+ *   llama-linux each commit is one SEND (a message boundary there).
+ * recv_view: a read-only span of the oldest received stride's unread bytes:
+ *   its length (>0), 0 at EOF, -EAGAIN when nothing has arrived, or an
+ *   error. An open recv view is released (all of it) first.
+ * release: gives back the first n bytes of the open recv view (n <= its
+ *   length; the rest stays for the next recv/recv_view) and closes it; a
+ *   drained stride goes back to the device.
+ * One send view and one recv view may be open at a time (together). While
+ * a send view is open, send/flush/send_view fail with -EINVAL; while a recv
+ * view is open, recv fails with -EINVAL (each with a message in
+ * tbrt_link_why). A view stays valid, also when the link breaks, until
+ * commit/release/the next view call; a view left open at close keeps its
+ * addresses reserved (fresh zero pages), so a late access cannot touch
+ * another object's memory. *out is written only when a view is given. */
+intptr_t tbrt_link_send_view(tbrt_link *l, size_t want, uint8_t **out);
+int tbrt_link_commit(tbrt_link *l, size_t n);
+intptr_t tbrt_link_recv_view(tbrt_link *l, const uint8_t **out);
+int tbrt_link_release(tbrt_link *l, size_t n);
+/* Blocking variants, bounded by timeout seconds (< 0: opts.timeout). */
+intptr_t tbrt_link_send_view_wait(tbrt_link *l, size_t want, uint8_t **out, double timeout);
+intptr_t tbrt_link_recv_view_wait(tbrt_link *l, const uint8_t **out, double timeout);
 
 /* For an event loop: the fds to watch for readability while waiting
  * (completion fd, bootstrap socket); returns how many. */

@@ -55,6 +55,9 @@ library loaded as the global tbrt. History: $TBRT_HISTORY, else
 M.OPTIONS = {
   { "-e", value = "CODE", kind = "e", help = "run CODE before the script (may repeat)" },
   { "-l", value = "NAME", kind = "l", help = "require module NAME into the global NAME before the script (may repeat)" },
+  { "-j", value = "CMD", kind = "j",
+    help = "LuaJIT's -j: -jv[=FILE] traces (jit.v), -jp[=OPTS[,FILE]] profile (jit.p), " ..
+      "-jdump[=OPTS[,FILE]], -joff, -jon, -jflush" },
   { "-i", target = "interactive", help = "after the script and -e, start the REPL with their globals" },
   { "-v --version", target = "version", help = "print the versions and exit" },
   { "-h --help", target = "help", help = "print this help and exit" },
@@ -138,7 +141,7 @@ local function split(argv, n)
 end
 
 -- argv: [0] the program, [1..argv.n] its arguments. Returns the plan:
---   pre = { {kind = "e" | "l", value} ... } in order; script (nil, "-" or
+--   pre = { {kind = "e" | "l" | "j", value} ... } in order; script (nil, "-" or
 --   a path) at argv[script_index]; interactive, help, version; or
 --   command = NAME with args (what argparse made of the rest) and help.
 -- Or nil and a message for a bad command line.

@@ -220,22 +220,36 @@ end
 -- paths, so LuaJIT compiles them.
 
 local WAIT_RECV, WAIT_SEND, WAIT_IDLE = C.TBRT_WAIT_RECV, C.TBRT_WAIT_SEND, C.TBRT_WAIT_IDLE
+local others_ready = task.others_ready
 
 -- Wait until a call for `what` would not block (or an error is there to
 -- report), or until deadline ("timeout"). Returns true when the caller
 -- should try again; nil, "closed" when another task closed the link while
 -- this one was parked (the caller must not touch the core's link then).
+-- While it spins, other tasks that are ready run first (one thread serves
+-- every link: spinning on one would starve the rest); the spin window
+-- survives those turns (the caller's deadline names its operation), so
+-- waiters that keep letting each other run still park once it is over.
 function Link:_wait(what, deadline, events)
   local l = self._l
   local spin = self.spin
-  local t_end = now() + spin
+  -- the same operation (its deadline) coming back after letting others run
+  -- goes on with its window; a new one starts its own
+  local t_end = self._spin_for == deadline and self._spin_end or now() + spin
   while true do
     local n = C.tbrt_link_progress(l)
     if n < 0 or C.tbrt_link_ready_for(l, what) ~= 0 then return true end
     local t = now()
     if n > 0 then t_end = t + spin end
+    if deadline and t >= deadline then return nil, "timeout" end
+    if t < t_end and others_ready() then
+      self._spin_for, self._spin_end = deadline, t_end
+      task.sleep(0)
+      if not self._l then return nil, "closed" end
+      return true
+    end
     if t >= t_end then
-      if deadline and t >= deadline then return nil, "timeout" end
+      self._spin_for = nil              -- woken, it spins afresh
       local a = C.tbrt_link_arm(l)
       if a ~= 0 then
         if a > 0 then task.sleep(0) end       -- let others run, then look again
@@ -274,8 +288,13 @@ end
 function Link:send(data, len, timeout)
   local l = self._l
   if not l then error("link is closed", 2) end
+  if self._sv then self:_views_busy("send", "send") end
   local p, n = as_pointer(data, len, "send")
-  local done, deadline = 0, nil
+  if n == 0 then return 0 end
+  -- all of it at once: no loop on this path, so a caller's loop compiles whole
+  local first = tonumber(C.tbrt_link_send(l, p, n))
+  if first == n then return n end
+  local done, deadline = first > 0 and first or 0, nil
   while done < n do
     local r = tonumber(C.tbrt_link_send(l, p + done, n - done))
     if r > 0 then
@@ -298,9 +317,12 @@ end
 function Link:flush(timeout)
   local l = self._l
   if not l then error("link is closed", 2) end
+  if self._sv then self:_views_busy("flush", "send") end
+  local rc = C.tbrt_link_flush(l)       -- at once, outside the loop (as in send)
+  if rc == 0 then return true end
   local deadline
   while true do
-    local rc = C.tbrt_link_flush(l)
+    rc = C.tbrt_link_flush(l)
     if rc == 0 then return true end
     if rc ~= EAGAIN then return nil, self:_err(rc) end
     deadline = deadline or now() + (timeout or self.timeout)
@@ -318,8 +340,13 @@ end
 function Link:recv_into(buf, n, timeout, some)
   local l = self._l
   if not l then error("link is closed", 2) end
+  if self._rv then self:_views_busy("recv", "recv") end
   local p = ffi.cast("uint8_t *", buf)
-  local got, deadline = 0, nil
+  if n == 0 then return 0 end
+  -- all of it at once: no loop on this path, so a caller's loop compiles whole
+  local first = tonumber(C.tbrt_link_recv(l, p, n))
+  if first == n or (some and first > 0) then return first end
+  local got, deadline = first > 0 and first or 0, nil
   while got < n do
     local r = tonumber(C.tbrt_link_recv(l, p + got, n - got))
     if r > 0 then
@@ -442,10 +469,14 @@ function Link:close(timeout)
   self._info = self:info()
   ffi.gc(l, nil)
   C.tbrt_link_free(l)
-  self._l = nil
+  self._l, self._sv, self._rv = nil, nil, nil
   if err then return nil, err end
   return true
 end
+
+-- zero-copy views: send_view/commit, recv_view/release (tbrt/view.lua)
+require("tbrt.view")(Link, { now = now, EAGAIN = EAGAIN, WAIT_SEND = WAIT_SEND,
+  WAIT_RECV = WAIT_RECV })
 
 local function size(n)
   local units = { "B", "KiB", "MiB", "GiB", "TiB" }

@@ -107,6 +107,24 @@ end
 
 -- The main task: -l and -e in order, then the script with its arguments.
 -- Its own error ends the process (nobody else joins it).
+-- -jCMD[=ARG[,ARG...]] as luajit takes it: on/off/flush switch the JIT,
+-- anything else starts the jit.CMD module (v, p, dump) with the arguments.
+local function jit_command(cmd)
+  local name, rest = cmd:match("^([%w_]+)=?(.*)$")
+  if not name then plain_error("-j" .. cmd .. ": expected -jCMD[=ARG[,ARG...]]") end
+  if name == "on" or name == "off" or name == "flush" then
+    jit[name]()
+    return
+  end
+  local ok, mod = pcall(require, "jit." .. name)
+  if not ok or type(mod) ~= "table" or not mod.start then
+    plain_error("-j" .. cmd .. ": no LuaJIT module jit." .. name .. " with a start()")
+  end
+  local args = {}
+  for a in rest:gmatch("[^,]+") do args[#args + 1] = a end
+  mod.start(unpack(args))
+end
+
 local function main_body(plan)
   local traceback
   local function handler(e)
@@ -123,6 +141,8 @@ local function main_body(plan)
         local ok, mod = pcall(require, name)
         if not ok then plain_error("-l " .. p.value .. ": " .. tostring(mod)) end
         rawset(_G, global, mod)
+      elseif p.kind == "j" then
+        jit_command(p.value)
       else
         local f, e = loadstring(p.value, "=(command line)")
         if not f then plain_error(e) end

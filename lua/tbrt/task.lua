@@ -98,12 +98,15 @@ end
 
 local drain, check_conds
 
+-- (no closures made in here: LuaJIT cannot compile a return past the
+-- upvalues they would close, and this is on every wake-up's path)
+local function turn() drain() check_conds() end
+
 local function ensure_handles()
   if idle then return end
   idle = assert(uv.new_idle())
   prepare = assert(uv.new_prepare())
   check = assert(uv.new_check())
-  local function turn() drain() check_conds() end
   prepare:start(turn)
   check:start(turn)
   -- prepare and check only watch; what keeps the loop alive is real work
@@ -112,12 +115,15 @@ local function ensure_handles()
   check:unref()
 end
 
+-- one callback for every start of the idle handle: no closure per wake-up
+local function on_idle() drain() end
+
 local function schedule(item)
   q_tail = q_tail + 1
   queue[q_tail] = item
   if not idle_on then
     ensure_handles()
-    idle:start(function() drain() end)
+    idle:start(on_idle)
     idle_on = true
   end
 end
@@ -140,6 +146,10 @@ function drain()
     if idle_on then idle:stop(); idle_on = false end
   end
 end
+
+-- Whether something else waits in the ready queue (a task or a callback):
+-- a task busy-polling a device should let it run rather than spin.
+function M.others_ready() return q_head <= q_tail end
 
 ---------------------------------------------------------------------------
 -- Waiting: a task parks with a wait record w; wake(w, ...) fires it once,

@@ -235,7 +235,8 @@ static int post_chunk(struct xport *x, const uint8_t *p, uint32_t n)
         sge.addr = (uintptr_t)p;
         wr.send_flags |= IBV_SEND_INLINE;
     } else {
-        memcpy(x->send_mem, p, n);
+        if (p != x->send_mem)   /* a committed view is there already */
+            memcpy(x->send_mem, p, n);
         sge.addr = (uintptr_t)x->send_mem;
         sge.lkey = x->send_mr->lkey;
     }
@@ -272,6 +273,28 @@ static intptr_t llama_send(struct xport *x, const void *buf, size_t len)
     }
     x->stats.bytes_sent += done;
     return done ? (intptr_t)done : -EAGAIN;
+}
+
+/* A view is the one SEND buffer, free only while no SEND is in flight;
+ * each commit is one SEND, as one send call of that size would be. */
+static intptr_t llama_send_view(struct xport *x, size_t want, uint8_t **out)
+{
+    if (x->send_count) {
+        if (llama_progress(x) < 0)
+            return -x->err;
+        if (x->send_count)
+            return -EAGAIN;
+    }
+    *out = x->send_mem;
+    return (intptr_t)(want && want < x->stride ? want : x->stride);
+}
+
+static int llama_commit(struct xport *x, size_t n)
+{
+    if (post_chunk(x, x->send_mem, (uint32_t)n))
+        return -x->err;
+    x->stats.bytes_sent += n;
+    return 0;
 }
 
 static int llama_flush(struct xport *x)
@@ -312,4 +335,8 @@ const struct link_transport link_llama_linux = {
     .idle = llama_idle,
     .inflight = llama_inflight,
     .teardown = rdma_teardown,
+    .send_view = llama_send_view,
+    .commit = llama_commit,
+    .recv_view = rdma_recv_view,
+    .release = rdma_release,
 };

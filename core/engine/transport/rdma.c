@@ -453,6 +453,23 @@ static int rdma_flush(struct xport *x)
 
 /* ---- receiving ------------------------------------------------------------------ */
 
+/* n bytes of the oldest completed stride read: a drained stride goes back
+ * to the device. */
+static int consume(struct xport *x, struct link_inq *q, size_t n)
+{
+    q->off += (uint32_t)n;
+    x->inq_bytes -= n;
+    x->stats.bytes_recv += n;
+    if (q->off < q->len)
+        return 0;
+    x->inq_head = (x->inq_head + 1) % x->nbuf;
+    x->inq_count--;
+    if (rdma_post_recv(x, q->buf))
+        return -x->err;
+    x->recv_posted++;
+    return 0;
+}
+
 intptr_t rdma_recv(struct xport *x, void *buf, size_t len)
 {
     uint8_t *p = buf;
@@ -461,19 +478,47 @@ intptr_t rdma_recv(struct xport *x, void *buf, size_t len)
         struct link_inq *q = &x->inq[x->inq_head];
         size_t n = TBRT_MIN(len - done, (size_t)(q->len - q->off));
         memcpy(p + done, x->recv_mem + (size_t)q->buf * x->stride + x->hdr + q->off, n);
-        q->off += (uint32_t)n;
         done += n;
-        x->inq_bytes -= n;
-        if (q->off == q->len) {
-            x->inq_head = (x->inq_head + 1) % x->nbuf;
-            x->inq_count--;
-            if (rdma_post_recv(x, q->buf))
-                return -x->err;
-            x->recv_posted++;
-        }
+        if (consume(x, q, n))
+            return -x->err;
     }
-    x->stats.bytes_recv += done;
     return (intptr_t)done;
+}
+
+/* ---- views (engine/views.c) ------------------------------------------------------ */
+
+/* The rest of the stride being filled (acquired if none is). */
+static intptr_t rdma_send_view(struct xport *x, size_t want, uint8_t **out)
+{
+    if (!acquire(x))
+        return x->err ? -x->err : -EAGAIN;
+    size_t room = x->payload - x->pend_len;
+    *out = x->send_mem + (size_t)x->pend_buf * x->stride + x->hdr + x->pend_len;
+    return (intptr_t)(want && want < room ? want : room);
+}
+
+static int rdma_commit(struct xport *x, size_t n)
+{
+    x->pend_len += (uint32_t)n;
+    x->stats.bytes_sent += n;
+    return x->pend_len == x->payload ? post_pending(x) : 0;
+}
+
+/* The unread bytes of the oldest completed stride (shared with llama-linux). */
+intptr_t rdma_recv_view(struct xport *x, const uint8_t **out)
+{
+    if (!x->inq_count)
+        return 0;
+    struct link_inq *q = &x->inq[x->inq_head];
+    *out = x->recv_mem + (size_t)q->buf * x->stride + x->hdr + q->off;
+    return (intptr_t)(q->len - q->off);
+}
+
+int rdma_release(struct xport *x, size_t n)
+{
+    if (!x->inq_count || n > x->inq[x->inq_head].len - x->inq[x->inq_head].off)
+        return xport_fail(x, EPROTO, "release: %zu bytes beyond the oldest stride", n);
+    return consume(x, &x->inq[x->inq_head], n);
 }
 
 /* ---- waiting -------------------------------------------------------------------- */
@@ -588,4 +633,8 @@ const struct link_transport link_rdma = {
     .idle = rdma_idle,
     .inflight = rdma_inflight,
     .teardown = rdma_teardown,
+    .send_view = rdma_send_view,
+    .commit = rdma_commit,
+    .recv_view = rdma_recv_view,
+    .release = rdma_release,
 };

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,7 +17,16 @@
 #include "util/debug.h"
 #include "util/util.h"
 
-#define TCP_COALESCE (64 * 1024)
+/* Sends of at least TCP_DIRECT bytes go straight to the socket when nothing
+ * is coalescing; smaller ones (and send views) fill a TCP_COALESCE buffer,
+ * written out when full or at flush. The buffer is larger than the
+ * threshold so a stream of views writes in big pieces (pages are touched
+ * only as far as it fills). */
+#define TCP_DIRECT (64 * 1024)
+#define TCP_COALESCE (256 * 1024)
+/* A recv view's read buffer: one recv() of up to this much (the pages are
+ * touched only as far as a read fills them). */
+#define TCP_VIEW_READ (256 * 1024)
 
 /* TBRT_DEBUG=3: one line per socket write or read that moved bytes. */
 static void dbg_io(struct xport *x, const char *what, size_t n, size_t of, double *last)
@@ -60,7 +70,7 @@ static intptr_t tcp_send(struct xport *x, const void *buf, size_t len)
         if (rc && rc != -EAGAIN)
             return rc;
     }
-    if (x->tcp_len == 0 && len >= TCP_COALESCE) {
+    if (x->tcp_len == 0 && len >= TCP_DIRECT) {
         ssize_t n = send(x->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             if (DBG_ON(DBG_FRAME))
@@ -102,6 +112,14 @@ static int tcp_flush(struct xport *x)
 
 static intptr_t tcp_recv(struct xport *x, void *buf, size_t len)
 {
+    if (x->tcp_roff < x->tcp_rlen) {
+        /* bytes a recv view read and left: they come first */
+        size_t n = TBRT_MIN(len, x->tcp_rlen - x->tcp_roff);
+        memcpy(buf, x->tcp_rbuf + x->tcp_roff, n);
+        x->tcp_roff += n;
+        x->stats.bytes_recv += n;
+        return (intptr_t)n;
+    }
     for (;;) {
         ssize_t n = recv(x->fd, buf, len, MSG_DONTWAIT);
         if (n > 0) {
@@ -139,6 +157,8 @@ static int tcp_progress(struct xport *x)
  * and reports them. */
 static size_t tcp_readable(struct xport *x)
 {
+    if (x->tcp_roff < x->tcp_rlen)
+        return x->tcp_rlen - x->tcp_roff;
     if (x->eof)
         return 0;
     struct pollfd p = {.fd = x->fd, .events = POLLIN};
@@ -177,11 +197,69 @@ static int tcp_activate(struct xport *x, const tbrt_caps *peer)
     return 0;
 }
 
+/* ---- views (engine/views.c) ------------------------------------------------------ */
+
+/* The free end of the coalescing buffer; a full one is written out first. */
+static intptr_t tcp_send_view(struct xport *x, size_t want, uint8_t **out)
+{
+    if (x->tcp_len == x->tcp_cap) {
+        int rc = tcp_write_out(x);
+        if (rc && rc != -EAGAIN)
+            return rc;
+        if (x->tcp_len == x->tcp_cap)
+            return -EAGAIN;
+    }
+    size_t room = x->tcp_cap - x->tcp_len;
+    *out = x->tcp_buf + x->tcp_len;
+    return (intptr_t)(want && want < room ? want : room);
+}
+
+static int tcp_commit(struct xport *x, size_t n)
+{
+    x->tcp_len += n;
+    x->stats.bytes_sent += n;
+    if (x->tcp_len == x->tcp_cap) {
+        int rc = tcp_write_out(x);
+        if (rc && rc != -EAGAIN)
+            return rc;
+    }
+    return 0;
+}
+
+/* What the read buffer holds, or one recv() into it: >0, 0 at EOF, -EAGAIN. */
+static intptr_t tcp_recv_view(struct xport *x, const uint8_t **out)
+{
+    if (x->tcp_roff == x->tcp_rlen) {
+        x->tcp_roff = x->tcp_rlen = 0;
+        uint8_t *keep = x->tcp_rbuf;
+        intptr_t n = tcp_recv(x, keep, x->tcp_rcap);
+        if (n <= 0)
+            return n;
+        x->stats.bytes_recv -= (size_t)n;   /* counted when released */
+        x->tcp_rlen = (size_t)n;
+    }
+    *out = x->tcp_rbuf + x->tcp_roff;
+    return (intptr_t)(x->tcp_rlen - x->tcp_roff);
+}
+
+static int tcp_release(struct xport *x, size_t n)
+{
+    x->tcp_roff += TBRT_MIN(n, x->tcp_rlen - x->tcp_roff);
+    x->stats.bytes_recv += n;
+    return 0;
+}
+
 static void tcp_teardown(struct xport *x)
 {
-    free(x->tcp_buf);
-    x->tcp_buf = NULL;
+    /* mapped, not malloc'd: a view left open at close is mapped again at
+     * the same place (engine/views.c) */
+    if (x->tcp_buf)
+        munmap(x->tcp_buf, x->tcp_cap);
+    if (x->tcp_rbuf)
+        munmap(x->tcp_rbuf, x->tcp_rcap);
+    x->tcp_buf = x->tcp_rbuf = NULL;
     x->tcp_len = x->tcp_cap = 0;
+    x->tcp_roff = x->tcp_rlen = x->tcp_rcap = 0;
     xport_log_teardown(x, "tcp");
 }
 
@@ -199,15 +277,27 @@ const struct link_transport link_tcp = {
     .idle = tcp_idle,
     .inflight = tcp_inflight,
     .teardown = tcp_teardown,
+    .send_view = tcp_send_view,
+    .commit = tcp_commit,
+    .recv_view = tcp_recv_view,
+    .release = tcp_release,
 };
 
 int link_tcp_setup(struct xport *x, char *err, size_t errlen)
 {
-    x->tcp_buf = malloc(TCP_COALESCE);
-    if (!x->tcp_buf)
-        return err_set(err, errlen, ENOMEM, "link %d: probe: out of memory", x->link_id);
+    x->tcp_buf = mmap(NULL, TCP_COALESCE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                      -1, 0);
+    x->tcp_rbuf = mmap(NULL, TCP_VIEW_READ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
     x->tcp_cap = TCP_COALESCE;
-    x->tcp_len = 0;
+    x->tcp_rcap = TCP_VIEW_READ;
+    if (x->tcp_buf == MAP_FAILED || x->tcp_rbuf == MAP_FAILED) {
+        x->tcp_buf = x->tcp_buf == MAP_FAILED ? NULL : x->tcp_buf;
+        x->tcp_rbuf = x->tcp_rbuf == MAP_FAILED ? NULL : x->tcp_rbuf;
+        tcp_teardown(x);
+        return err_set(err, errlen, ENOMEM, "link %d: probe: out of memory", x->link_id);
+    }
+    x->tcp_len = x->tcp_roff = x->tcp_rlen = 0;
     x->flavor = 0;
     return 0;
 }

@@ -40,6 +40,15 @@ struct link_transport {
     bool (*idle)(struct xport *x);          /* nothing of ours in flight */
     int (*inflight)(struct xport *x);       /* sends in flight */
     void (*teardown)(struct xport *x);
+    /* zero-copy views (engine/views.c): a span of at most want bytes (0:
+     * all there is room for) where the next bytes sent go: > 0, -EAGAIN,
+     * -errno; send n bytes of it. A span of the oldest received bytes: > 0
+     * (rdma: called only when readable), tcp also 0 at EOF or -EAGAIN; give
+     * the first n of it back. */
+    intptr_t (*send_view)(struct xport *x, size_t want, uint8_t **out);
+    int (*commit)(struct xport *x, size_t n);
+    intptr_t (*recv_view)(struct xport *x, const uint8_t **out);
+    int (*release)(struct xport *x, size_t n);
 };
 
 extern const struct link_transport link_rdma;
@@ -110,6 +119,9 @@ struct xport {
     /* tcp */
     uint8_t *tcp_buf;
     size_t tcp_len, tcp_cap;
+    /* tcp: bytes read for a recv view, [tcp_roff, tcp_rlen) not yet taken */
+    uint8_t *tcp_rbuf;
+    size_t tcp_roff, tcp_rlen, tcp_rcap;
 };
 
 /* Record the transport's first failure ("<op>: ..."); returns -err. */
@@ -129,6 +141,8 @@ int link_tcp_setup(struct xport *x, char *err, size_t errlen);
 int rdma_post_recv(struct xport *x, uint32_t i);
 int rdma_modify(struct xport *x, struct ibv_qp_attr *a, int mask, const char *what);
 intptr_t rdma_recv(struct xport *x, void *buf, size_t len);
+intptr_t rdma_recv_view(struct xport *x, const uint8_t **out);
+int rdma_release(struct xport *x, size_t n);
 int rdma_fds(struct xport *x, int *fds, int max);
 size_t rdma_readable(struct xport *x);
 void rdma_teardown(struct xport *x);

@@ -48,13 +48,12 @@ return function(task)
       (want:find("w", 1, true) and events:find("w", 1, true))
   end
 
-  local function poll_of(fd)
-    local p = polls[fd]
-    if p then return p end
-    local handle, err = new_poll(fd)
-    if not handle then return nil, err end
-    p = { fd = fd, handle = handle, waiters = {}, mask = "" }
-    p.on_events = function(e, events)
+  -- The handle's callback, made apart from poll_of: a function that makes a
+  -- closure cannot be compiled past its returns (LuaJIT: UCLO), and poll_of
+  -- is on every wait's path.
+  local function on_events_of(p)
+    local fd = p.fd
+    return function(e, events)
       for w, want in pairs(p.waiters) do       -- wake() removes w: allowed while iterating
         if e then
           wake(w, nil, string.format("%s: task.poll: fd %d failed", e, fd))
@@ -66,6 +65,15 @@ return function(task)
         end
       end
     end
+  end
+
+  local function poll_of(fd)
+    local p = polls[fd]
+    if p then return p end
+    local handle, err = new_poll(fd)
+    if not handle then return nil, err end
+    p = { fd = fd, handle = handle, waiters = {}, mask = "" }
+    p.on_events = on_events_of(p)
     polls[fd] = p
     return p
   end

@@ -1,0 +1,51 @@
+-- bench_tools_spec.lua - the programs `make bench` runs for views and scale
+-- (build/tbrt-stream, tbrt-scale, tbrt-memcpy; scripts/bench/stream.lua and
+-- scale.lua) work on small runs and print the figures bench.lua parses: a
+-- benchmark that rots silently would leave the table blank.
+local H = require("helpers")
+
+local function run(file, args, timeout)
+  local r = H.run(file, args, { timeout = timeout or 60 })
+  assert.equal(0, r.code, H.describe(r))
+  return r.stdout
+end
+
+describe("the bench's programs", function()
+  it("stream through copies and views, in C and in Lua, every byte checked", function()
+    for _, mode in ipairs({ "copy", "view" }) do
+      assert.matches("^stream_" .. mode .. "_65536 [%d.]+ GB/s\n$",
+        run(H.build .. "/tbrt-stream", { "soft", "linux-rc", mode, "65536", "50" }))
+      assert.matches("^stream_" .. mode .. "_100000 [%d.]+ GB/s\n$",
+        run(H.build .. "/tbrt-stream", { "tcp", "-", mode, "100000", "20" }))
+      assert.matches("^stream_" .. mode .. "_70000 [%d.]+ GB/s\n$",
+        run(H.tbrt, { H.root .. "/scripts/bench/stream.lua", "soft", "apple-uc", mode, "70000", "30" }))
+    end
+  end)
+
+  it("measure many links and a ring, in C and in Lua", function()
+    local out = run(H.build .. "/tbrt-scale", { "soft", "linux-rc", "links", "3", "65536", "30" })
+    for _, k in ipairs({ "links=3", "setup_ms=", "rss_kib=", "bw=", "lat_us=", "lat_max_us=" }) do
+      assert.matches(k, out, 1, true)
+    end
+    assert.matches("^procs=4 bw=[%d.]+ lat_us=[%d.]+\n$",
+      run(H.build .. "/tbrt-scale", { "soft", "linux-rc", "ring", "4", "65536", "20" }))
+    local json = require("cjson").decode(run(H.tbrt, { H.root .. "/scripts/bench/scale.lua",
+      "--links", "3", "--iters", "30" }))
+    assert.equal(3, json.links)
+    assert.is_true(json.bw > 0 and json.lat_us > 0 and json.rss_kib > 0 and json.setup_ms > 0)
+  end)
+
+  it("measure the memcpy ceilings", function()
+    assert.matches("^memcpy_4m_hot [%d.]+ GB/s\nmemcpy_128k_ring16 [%d.]+ GB/s\n$",
+      run(H.build .. "/tbrt-memcpy", {}))
+  end)
+
+  it("refuse bad arguments with the usage", function()
+    local r = H.run(H.build .. "/tbrt-scale", { "soft", "linux-rc", "ring", "3", "65536", "10" })
+    assert.equal(2, r.code)
+    assert.matches("ring needs an even number of processes", r.stderr)
+    r = H.run(H.build .. "/tbrt-stream", { "soft" })
+    assert.equal(2, r.code)
+    assert.matches("usage: tbrt%-stream", r.stderr)
+  end)
+end)
