@@ -174,6 +174,9 @@ int soft_req_notify_cq(tbrt_cq *cq);
 int soft_ack_cq_events(tbrt_cq *cq);
 /* Add a completion to our CQ; false (and the CQ overruns) when it is full. */
 bool soft_cq_add(struct soft_cq *c, const struct ibv_wc *wc);
+/* We made completions of this CQ ourselves (not from a wire's result): an
+ * armed CQ's fd turns readable, as for the wire's. */
+void soft_cq_wake(struct soft_cq *c);
 
 /* soft_qp.c */
 int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out);

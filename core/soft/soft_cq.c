@@ -3,8 +3,9 @@
  * A CQ is a ring in process memory that only its owner writes: finished
  * work is reported by the wire as results, and the owner turns them into
  * completions when it polls (soft_reap.c). A ring that fills up before the
- * user polls overruns, as on hardware. The completion fd and its arming are
- * the wire's (for shm a socket in the user's private directory that a peer
+ * user polls overruns, as on hardware. Completions the owner makes itself
+ * (flushes) wake an armed CQ as a wire's results do (soft_cq_wake). The
+ * completion fd and its arming are the wire's (for shm a socket in the user's private directory that a peer
  * leaving a result for an armed CQ writes one byte to). */
 #include <errno.h>
 #include <stdlib.h>
@@ -94,6 +95,11 @@ int soft_req_notify_cq(tbrt_cq *cq)
     struct soft_dev *sd = soft_of(cq->dev);
     sd->wops->cq_arm(((struct soft_cq *)cq)->wcq);
     return 0;
+}
+
+void soft_cq_wake(struct soft_cq *c)
+{
+    soft_of(c->cq.dev)->wops->cq_wake(c->wcq);
 }
 
 int soft_ack_cq_events(tbrt_cq *cq)

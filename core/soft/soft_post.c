@@ -41,6 +41,7 @@ static void flushed(struct soft_qp *q, tbrt_cq *cq, uint64_t wr_id, enum ibv_wc_
         q->broken_told = true;
     }
     soft_cq_add(cq_of(cq), &wc);
+    soft_cq_wake(cq_of(cq));
 }
 
 /* ---- receives --------------------------------------------------------------- */

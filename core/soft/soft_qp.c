@@ -165,9 +165,13 @@ void soft_qp_to_err(struct soft_qp *q)
     q->qp.state = IBV_QPS_ERR;
     q->a.state = IBV_QPS_ERR;
     q->sd->wops->qp_modify(q->wq, &q->a);
-    /* what had finished, as it finished; the rest flushed */
+    /* what had finished, as it finished; the rest flushed, and a waiter
+     * hears of the flushes as of any completion */
     soft_reap_send(q);
     soft_reap_recv(q);
+    soft_cq_wake((struct soft_cq *)q->qp.send_cq);
+    if (q->qp.recv_cq != q->qp.send_cq)
+        soft_cq_wake((struct soft_cq *)q->qp.recv_cq);
 }
 
 void soft_qp_break(struct soft_qp *q, bool reported)

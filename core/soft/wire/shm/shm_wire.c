@@ -135,6 +135,13 @@ static void shm_cq_arm(struct soft_wire_cq *c)
     atomic_thread_fence(memory_order_seq_cst);
 }
 
+/* Completions we made ourselves ring our own doorbell, as a peer's result
+ * does: the same disarm and the same datagram. */
+static void shm_cq_wake(struct soft_wire_cq *c)
+{
+    shm_ring(c->w, c->w->self, c->dbp, c->db);
+}
+
 static int shm_cq_ack(struct soft_wire_cq *c)
 {
     char buf[64];
@@ -525,6 +532,7 @@ const struct soft_wire_ops soft_wire_shm = {
     .cq_destroy = shm_cq_destroy,
     .cq_arm = shm_cq_arm,
     .cq_ack = shm_cq_ack,
+    .cq_wake = shm_cq_wake,
     .qp_create = shm_qp_create,
     .qp_destroy = shm_qp_destroy,
     .qp_modify = shm_qp_modify,
