@@ -32,7 +32,8 @@ int soft_reg_mr(tbrt_pd *pd, void *addr, size_t len, int access, tbrt_mr **out)
         return dev_fail(&sd->dev, ENOMEM, "reg_mr: out of memory");
     char why[TBRT_WHY_MAX];
     uint32_t key = 0;
-    int rc = sd->wops->mr_reg(sd->wire, addr, len, (uint32_t)access, &key, why, sizeof why);
+    int rc = sd->wops->mr_reg(sd->wire, addr, len, (uint64_t)(uintptr_t)addr, (uint32_t)access,
+                              &key, why, sizeof why);
     if (rc) {
         free(m);
         return dev_fail(&sd->dev, -rc, "reg_mr: %s", why);

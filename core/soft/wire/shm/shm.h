@@ -59,7 +59,7 @@
  * process allocate. */
 
 #define SHM_CTX_MAGIC 0x54464f5354524254ull /* "TBRTSOFT" */
-#define SHM_CTX_VERSION 2
+#define SHM_CTX_VERSION 3
 #define SHM_CTX_SIZE (256ull << 20)         /* sparse: pages appear on use */
 #define SHM_MR_MAX (SOFT_MAX_MR + 1) /* entry 0 is never used: keys are never 0 */
 #define SHM_MAX_CQ 1024                     /* doorbells per context */
@@ -375,7 +375,8 @@ int shm_wake_addr(struct soft_wire *w, int32_t pid, uint64_t ctx_id, uint32_t db
                   struct sockaddr_un *a, socklen_t *len);
 
 /* shm_mem.c */
-int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint32_t access, uint32_t *key,
+int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint64_t iova, uint32_t access,
+               uint32_t *key,
                char *why, size_t whylen);
 void shm_mr_dereg(struct soft_wire *w, uint32_t key);
 /* Resolve an SGE of our own keys against our records. */

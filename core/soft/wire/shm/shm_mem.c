@@ -291,9 +291,12 @@ void shm_mem_detach(struct soft_wire *w)
     pthread_mutex_unlock(&mem_lock);
 }
 
-int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint32_t access, uint32_t *key,
+int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint64_t iova, uint32_t access,
+               uint32_t *key,
                char *why, size_t whylen)
 {
+    if (iova != (uint64_t)(uintptr_t)addr)
+        return err_set(why, whylen, EOPNOTSUPP, "an iova other than the address");
     struct shm_mr *m = calloc(1, sizeof *m);
     if (!m)
         return err_set(why, whylen, ENOMEM, "out of memory");
