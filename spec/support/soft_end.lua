@@ -6,6 +6,10 @@
 --   {"op":"connect","qpn":N,...}                         -> {ok}     (INIT, RTR, RTS)
 --   {"op":"post_recv","len":64}  {"op":"post_send","len":64,"inline":true,"ud_qpn":N}
 --   {"op":"poll","n":1,"timeout":1}                      -> {wcs = {{status, why, ...}}}
+--   {"op":"fetch_add","n":N,"rkey":K,"raddr":A}  N atomics one after another -> {ok}
+--   {"op":"set_port","port":1,"state":"down"|"active"|0}
+--   {"op":"read","offset":0,"len":8}                     -> {data} (the receive buffer)
+--   "open" also takes "atomic":true (REMOTE_ATOMIC) and "iova":"N" for the receive MR
 --   {"op":"state"} {"op":"ping"} {"op":"exit"}
 -- A failed call replies {err = "ECODE: ..."}; the process lives on, which is
 -- what the specs that scribble on its shared memory check.
@@ -39,7 +43,9 @@ function ops.open(r)
   local len = r.mr_len or 65536
   e.sbuf, e.rbuf = ffi.new("uint8_t[?]", len), ffi.new("uint8_t[?]", len)
   ffi.fill(e.sbuf, len, 0x5a)
-  e.smr, e.rmr = assert(e.pd:reg(e.sbuf, len)), assert(e.pd:reg(e.rbuf, len))
+  local access = r.atomic and bit.bor(verbs.ACCESS_ALL, verbs.ACCESS_ATOMIC) or nil
+  e.smr = assert(e.pd:reg(e.sbuf, len))
+  e.rmr = assert(e.pd:reg(e.rbuf, len, access, r.iova and tonumber(r.iova) or nil))
   e.sgid = loopback_gid(dev, e.port)
   if e.type == "UD" then
     assert(e.qp:modify{ state = "INIT", port = e.port, pkey_index = 0, qkey = 0x11 })
@@ -47,7 +53,8 @@ function ops.open(r)
     assert(e.qp:modify{ state = "RTS", sq_psn = 0 })
     e.ah = assert(dev:ah{ pd = e.pd, port = e.port, dgid = LOOPBACK, sgid_index = e.sgid })
   end
-  return { qpn = e.qp.num, pid = ffi.C.getpid(), send_key = e.smr.lkey, recv_key = e.rmr.lkey }
+  return { qpn = e.qp.num, pid = ffi.C.getpid(), send_key = e.smr.lkey, recv_key = e.rmr.lkey,
+    recv_addr = tonumber(e.rmr.addr) }
 end
 
 function ops.connect(r)
@@ -78,7 +85,7 @@ function ops.post_send(r)
   local t = { mr = e.smr, len = r.len or 64, wr_id = r.wr_id or 2, inline = r.inline,
     opcode = r.opcode }
   if r.ud_qpn then t.ah, t.remote_qpn, t.remote_qkey = e.ah, r.ud_qpn, 0x11 end
-  if r.opcode and r.opcode:match("^RDMA") then t.rkey, t.raddr = r.rkey, r.raddr end
+  if r.opcode and r.opcode:match("^RDMA") then t.rkey, t.raddr = r.rkey, tonumber(r.raddr) end
   local ok, err = e.qp:post_send(t)
   return ok and { ok = true } or { err = err }
 end
@@ -88,6 +95,28 @@ function ops.poll(r)
   if not wcs then return { err = err } end
   for _, w in ipairs(wcs) do w.byte_len = tonumber(w.byte_len) ; w.vendor_err = tonumber(w.vendor_err) end
   return { wcs = wcs }
+end
+
+function ops.fetch_add(r)
+  for i = 1, r.n do
+    local ok, err = e.qp:post_send{ mr = e.smr, len = 8, wr_id = i, opcode = "FETCH_AND_ADD",
+      rkey = r.rkey, raddr = tonumber(r.raddr), compare_add = r.add or 1 }
+    if not ok then return { err = err } end
+    local wcs = e.cq:wait(1, 5)
+    if not wcs or #wcs ~= 1 or wcs[1].status ~= "IBV_WC_SUCCESS" then
+      return { err = "atomic " .. i .. ": " .. cjson.encode(wcs or {}) }
+    end
+  end
+  return { ok = true }
+end
+
+function ops.read(r)
+  return { data = ffi.string(e.rbuf + (r.offset or 0), r.len or 8) }
+end
+
+function ops.set_port(r)
+  local ok, err = e.dev:set_port(r.port, r.state)
+  return ok and { ok = true } or { err = err }
 end
 
 function ops.state() return { state = e.qp:state() } end
