@@ -200,8 +200,10 @@ static const char *packet_fault(const struct soft_faults *f)
             return "duplicate";
         if (s->reorder_below)
             return "reorder";
-        if (s->delay_ns || s->jitter_ns)
+        if (s->delay_ns)
             return "delay";
+        if (s->jitter_ns)
+            return "jitter";
         if (s->rate_Bps)
             return "rate";
     }

@@ -182,7 +182,10 @@ void udp_ep_flush(struct udp_ep *ep);
 #define UDP_READ_JOBS 16        /* READ requests a responder answers at once */
 #define UDP_WINDOW 512          /* RC packets in flight at most */
 #define UDP_ACK_EVERY 64        /* ask for an ACK at least this often */
-#define UDP_CREDIT_REFRESH_NS 5000000ull /* apple-uc: say the credits again */
+#define UDP_CREDIT_REFRESH_NS 5000000ull /* apple-uc: say the credits again (receives wait) */
+#define UDP_CREDIT_IDLE_NS 20000000ull   /* ... (none wait): the peer hears we are here */
+#define UDP_PEER_SILENT_NS 200000000ull  /* no credits heard that long: no peer (TN3205:
+                                            frames to a dead peer just go, unreported) */
 
 struct udp_mr {
     uint32_t key;
@@ -252,6 +255,7 @@ struct soft_wire_qp {
     /* apple-uc credits: what the peer posted (its count), our SENDs */
     uint32_t peer_posted, sent_msgs;
     bool credit_flow;
+    uint64_t credit_heard_ns;   /* when the peer's last credit packet came */
     /* responder */
     uint32_t epsn, msn;
     bool nak_sent, ack_due;

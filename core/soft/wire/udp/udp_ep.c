@@ -36,6 +36,7 @@ struct tx_slot {
     struct iovec iov[SOFT_MAX_SGE + 3];
     uint8_t hdr[UDP_HDR_MAX];
     uint8_t tail[8];            /* pad + ICRC */
+    uint8_t small[64];          /* a short payload, copied (it may live on a caller's stack) */
     struct sockaddr_in6 to;
     char ctl[CMSG_SPACE(sizeof(struct in6_pktinfo))];
 };
@@ -356,11 +357,25 @@ static void put_packet(struct soft_wire *w, struct soft_wire_stats *st,
     int k = 0;
     uint32_t total = hlen + tlen;
     s->iov[k++] = (struct iovec){.iov_base = s->hdr, .iov_len = hlen};
+    uint32_t plen = 0;
     for (int i = 0; i < npieces; i++)
-        if (pieces[i].len) {
-            s->iov[k++] = (struct iovec){.iov_base = (void *)pieces[i].p, .iov_len = pieces[i].len};
-            total += pieces[i].len;
+        plen += pieces[i].len;
+    if (plen && plen <= sizeof s->small && npieces <= SOFT_MAX_SGE) {
+        uint32_t o = 0;
+        for (int i = 0; i < npieces; i++) {
+            memcpy(s->small + o, pieces[i].p, pieces[i].len);
+            o += pieces[i].len;
         }
+        s->iov[k++] = (struct iovec){.iov_base = s->small, .iov_len = plen};
+        total += plen;
+    } else {
+        for (int i = 0; i < npieces && i < SOFT_MAX_SGE + 1; i++)
+            if (pieces[i].len) {
+                s->iov[k++] = (struct iovec){.iov_base = (void *)pieces[i].p,
+                                             .iov_len = pieces[i].len};
+                total += pieces[i].len;
+            }
+    }
     s->iov[k++] = (struct iovec){.iov_base = s->tail, .iov_len = tlen};
     gid_to_sa(path->dgid, path->dport, &s->to);
     struct msghdr *m = &b->msg[b->n].msg_hdr;
@@ -580,6 +595,8 @@ static void dispatch(struct soft_wire *w, uint8_t *buf, uint32_t len, const stru
     struct soft_wire_stats *st = q ? &q->st : &w->st;
     if (udp_icrc(path, buf, UDP_BTH, &body, 1, 0) != got) {
         st->icrc_failures++;
+        if (getenv("TBRT_UDP_DEBUG"))
+            fprintf(stderr, "icrc fail: op 0x%x len %u dqpn 0x%x sport %u dport %u v4 %d %d.%d.%d.%d -> %d.%d.%d.%d\n", buf[0], len, dqpn, path->sport, path->dport, udp_gid_v4(path->sgid), path->sgid[12], path->sgid[13], path->sgid[14], path->sgid[15], path->dgid[12], path->dgid[13], path->dgid[14], path->dgid[15]);
         return;                 /* as hardware: silently dropped */
     }
     struct udp_pkt p;

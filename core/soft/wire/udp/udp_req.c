@@ -64,6 +64,7 @@ void udp_req_reset(struct soft_wire_qp *q)
     q->since_ackreq = 0;
     q->read_gap = false;
     q->peer_posted = q->sent_msgs = 0;
+    q->credit_heard_ns = now_ns();  /* a new connection: the peer has its grace */
 }
 
 /* Pieces of [off, off + n) of a send's data (our memory, checked at its
@@ -213,8 +214,9 @@ void udp_req_transmit(struct soft_wire_qp *q)
                 udp_send_finish(q, idx, IBV_WC_LOC_PROT_ERR, SOFT_VERR_LKEY);
                 return;
             }
-            if (q->credit_flow && is_send(w) && udp_psn_diff(q->sent_msgs, q->peer_posted) >= 0)
-                break;          /* TN3205: wait for a receive at the peer */
+            if (q->credit_flow && is_send(w) && udp_psn_diff(q->sent_msgs, q->peer_posted) >= 0 &&
+                now - q->credit_heard_ns < UDP_PEER_SILENT_NS)
+                break;          /* TN3205: wait for a receive at the peer (while there is one) */
             w->first_psn = q->tx_psn;
             w->npkts = npkts_of(w, mtu);
             w->started = true;
@@ -398,6 +400,7 @@ void udp_req_recv(struct soft_wire_qp *q, const struct udp_pkt *p)
         uint32_t magic = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
         uint32_t n = (uint32_t)b[4] << 24 | (uint32_t)b[5] << 16 | (uint32_t)b[6] << 8 | b[7];
         q->st.credits_recv++;
+        q->credit_heard_ns = q->w->now;
         if (magic == UDP_CREDIT_MAGIC && (int32_t)(n - q->peer_posted) > 0) {
             q->peer_posted = n;
             q->wake = true;     /* a waiting SEND may go */
@@ -471,5 +474,10 @@ uint64_t udp_req_deadline(const struct soft_wire_qp *q)
     uint64_t d = q->rto_ns;
     if (q->rnr_until && (!d || q->rnr_until < d))
         d = q->rnr_until;
+    if (q->credit_flow && q->tx_wqe < q->sq_tail) {
+        uint64_t silent = q->credit_heard_ns + UDP_PEER_SILENT_NS;
+        if (!d || silent < d)
+            d = silent;
+    }
     return d;
 }

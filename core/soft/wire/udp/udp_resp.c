@@ -366,8 +366,8 @@ void udp_resp_transmit(struct soft_wire_qp *q)
     if (q->credit_flow && q->a.state == IBV_QPS_RTS) {
         uint32_t posted = (uint32_t)q->rq_prod - q->rq_base;
         uint64_t now = q->w->now;
-        if (posted != q->credit_told ||
-            (has_receive(q) && now - q->credit_ns >= UDP_CREDIT_REFRESH_NS)) {
+        uint64_t every = has_receive(q) ? UDP_CREDIT_REFRESH_NS : UDP_CREDIT_IDLE_NS;
+        if (posted != q->credit_told || now - q->credit_ns >= every) {
             uint8_t pay[8] = {'T', 'B', 'C', 'R', (uint8_t)(posted >> 24), (uint8_t)(posted >> 16),
                               (uint8_t)(posted >> 8), (uint8_t)posted};
             struct udp_pkt p = {.opcode = UDP_OP_TBRT_CREDIT, .dqpn = q->a.dest_qpn};
@@ -386,7 +386,7 @@ uint64_t udp_resp_deadline(const struct soft_wire_qp *q)
 {
     if (q->rj_head != q->rj_tail || q->ack_due)
         return 1;               /* now */
-    if (q->credit_flow && q->a.state == IBV_QPS_RTS && has_receive(q))
-        return q->credit_ns + UDP_CREDIT_REFRESH_NS;
+    if (q->credit_flow && q->a.state == IBV_QPS_RTS)
+        return q->credit_ns + (has_receive(q) ? UDP_CREDIT_REFRESH_NS : UDP_CREDIT_IDLE_NS);
     return 0;
 }
