@@ -10,7 +10,9 @@
  * credit packets, a comment saying so. The IP header is the one the ICRC
  * was computed over (udp_pkt.c: identification 0, DF, TTL 64); the UDP
  * checksum is the real one. A "%p" in the path becomes the process id, so
- * each process of a run writes its own file. */
+ * each process of a run writes its own file. The first device of a process
+ * that captures into a file starts it over; the next ones (a link opens a
+ * device of its own) append sections to it. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -63,7 +65,24 @@ struct udp_pcap *udp_pcap_open(const char *path, char *why, size_t len)
         snprintf(name, sizeof name, "%.*s%d%s", (int)(p - path), path, (int)getpid(), p + 2);
     else
         str_copy(name, sizeof name, path);
-    int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    /* the first device of this process to capture into a file starts it
+     * over; later ones (a device per link) append a section of their own */
+    static char started[8][512];
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    bool again = false;
+    int slot = -1;
+    for (int i = 0; i < 8; i++) {
+        if (strcmp(started[i], name) == 0)
+            again = true;
+        if (slot < 0 && !started[i][0])
+            slot = i;
+    }
+    if (!again && slot >= 0)
+        str_copy(started[slot], sizeof started[slot], name);
+    pthread_mutex_unlock(&lock);
+    int fd = open(name, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (again ? O_APPEND : O_TRUNC),
+                  0600);
     FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
         err_set(why, len, errno, "capture %s: %s", name, strerror(errno));
