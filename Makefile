@@ -42,7 +42,7 @@ CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncati
                -Icore/include -Icore -I$(BUILD)/gen $(SANITIZE)
 CFLAGS   ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
-LDLIBS_CORE := -ldl -lpthread -lm -lz
+LDLIBS_CORE := -ldl -lpthread -lm
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null)
 # Debian's lua5.1-luv.pc requires lua5.1.pc (PUC Lua's -dev package, not
@@ -109,7 +109,7 @@ $(BENCH_MORE): $(BUILD)/tbrt-%: scripts/bench/tbrt_%.c scripts/bench/bench_commo
 
 $(PC): Makefile
 	@mkdir -p $(dir $@)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: tbrt\nDescription: Lua-scriptable RDMA transport runtime (core library)\nVersion: 0.1.0\nRequires.private: libibverbs\nLibs: -L$${libdir} -ltbrt\nLibs.private: -ldl -lpthread -lm -lz\nCflags: -I$${includedir}\n' "$(PREFIX)" > $@
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: tbrt\nDescription: Lua-scriptable RDMA transport runtime (core library)\nVersion: 0.1.0\nRequires.private: libibverbs\nLibs: -L$${libdir} -ltbrt\nLibs.private: -ldl -lpthread -lm\nCflags: -I$${includedir}\n' "$(PREFIX)" > $@
 
 -include $(CORE_OBJ:.o=.d) $(HOST_OBJ:.o=.d)
 

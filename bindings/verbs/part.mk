@@ -20,7 +20,7 @@ VERBS_APPLE   := $(APPLE_LIBDIR)/librdma.so
 VERBS_OBJ_L   := $(VERBS_NAMES:%=$(BUILD)/obj/verbs/linux/%.o)
 VERBS_OBJ_A   := $(VERBS_NAMES:%=$(BUILD)/obj/verbs/apple/%.o)
 VERBS_LINK     = $(CC) -shared -Wl,-z,defs $(SANITIZE)
-VERBS_LIBS    := $(BUILD)/libtbrt.a -ldl -lpthread -lm -lz
+VERBS_LIBS    := $(BUILD)/libtbrt.a -ldl -lpthread -lm
 
 VERBS_DV      := $(VERBS_LIBDIR)/libmlx5.so.1 $(VERBS_LIBDIR)/libefa.so.1
 RDMACM        := $(VERBS_LIBDIR)/librdmacm.so.1

@@ -18,10 +18,56 @@
  * the one this wire models (IPv4: identification 0, DF set), which the
  * capture writes too, so both ends and Wireshark compute the same. */
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "soft/wire/udp/udp.h"
+
+/* CRC-32 of IEEE 802.3 (reflected, polynomial 0xEDB88320), eight bytes a
+ * step with eight tables ("slicing by 8"), so the wire needs no library
+ * beyond glibc (tbrt's libibverbs.so links this). crc32_step takes and
+ * gives the register before the final inversion. */
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "crc32_step reads words little endian"
+#endif
+static uint32_t crc_tab[8][256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0xedb88320u : c >> 1;
+        crc_tab[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_tab[t][i] = (crc_tab[t - 1][i] >> 8) ^ crc_tab[0][crc_tab[t - 1][i] & 0xff];
+}
+
+static uint32_t crc32_step(uint32_t c, const void *buf, size_t n)
+{
+    const uint8_t *p = buf;
+    while (n && ((uintptr_t)p & 7)) {
+        c = crc_tab[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + 4, 4);
+        lo ^= c;                /* little endian: the first byte is the lowest */
+        c = crc_tab[7][lo & 0xff] ^ crc_tab[6][(lo >> 8) & 0xff] ^ crc_tab[5][(lo >> 16) & 0xff] ^
+            crc_tab[4][lo >> 24] ^ crc_tab[3][hi & 0xff] ^ crc_tab[2][(hi >> 8) & 0xff] ^
+            crc_tab[1][(hi >> 16) & 0xff] ^ crc_tab[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = crc_tab[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+    return c;
+}
 
 static const uint16_t op_flags[32] = {
     [UDP_OP_SEND_FIRST] = UDP_F_REQ | UDP_F_SEND | UDP_F_PAYLOAD | UDP_F_FIRST,
@@ -292,13 +338,14 @@ uint32_t udp_icrc(const struct udp_path *path, const uint8_t *hdr, uint32_t hlen
     uint32_t n = udp_ip_headers(path, total, true, ph);
     memcpy(ph + n, hdr, UDP_BTH);
     ph[n + 4] = 0xff;           /* BTH resv8a (FECN, BECN) */
-    uLong c = crc32(0L, ones, 8);
-    c = crc32(c, ph, n + UDP_BTH);
-    c = crc32(c, hdr + UDP_BTH, hlen - UDP_BTH);
+    pthread_once(&crc_once, crc_init);
+    uint32_t c = crc32_step(0xffffffffu, ones, 8);
+    c = crc32_step(c, ph, n + UDP_BTH);
+    c = crc32_step(c, hdr + UDP_BTH, hlen - UDP_BTH);
     for (int i = 0; i < npieces; i++)
         if (pieces[i].len)
-            c = crc32(c, pieces[i].p, pieces[i].len);
+            c = crc32_step(c, pieces[i].p, pieces[i].len);
     if (pad)
-        c = crc32(c, zeros, pad);
-    return (uint32_t)c;
+        c = crc32_step(c, zeros, pad);
+    return ~c;
 }
