@@ -23,7 +23,7 @@ LUAJIT   ?= luajit
 SANITIZE ?=
 OPT      ?= -O2
 
-CORE_DIRS := core/util core/dev core/engine core/engine/transport core/soft core/soft/wire core/soft/wire/shm core/ibverbs core/mlx5 core/mlx5/model
+CORE_DIRS := core/util core/dev core/engine core/engine/transport core/soft core/soft/wire core/soft/wire/shm core/soft/wire/udp core/ibverbs core/mlx5 core/mlx5/model
 CORE_SRC  := $(foreach d,$(CORE_DIRS),$(wildcard $(d)/*.c))
 CORE_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(CORE_SRC))
 HOST_SRC  := $(wildcard bindings/host/*.c)

@@ -1,4 +1,4 @@
--- soft_wake_spec.lua - a completion queue's wake-up socket can be reached by
+-- soft_wake_spec.lua - a completion queue's wake-up socket (the shared-memory wire's) can be reached by
 -- processes of its user only. The socket is found the way anyone on the host
 -- can find it (/proc/net/unix, by the inode of the CQ's fd); a process of
 -- another user sends to it and must not make the fd readable (a spurious
@@ -72,7 +72,7 @@ end
 describe("soft completion wake-ups", function()
   it("reach the CQ from a process of its user, not from another user's", function()
     if C.geteuid() ~= 0 then return pending("needs root to act as another user") end
-    local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    local dev = assert(verbs.open("soft0", { personality = "linux-rc", wire = "shm" }))
     local cq = assert(dev:cq(16))
     local fd = cq.c.fd
     local name = name_of(inode_of(fd))
@@ -93,7 +93,7 @@ describe("soft completion wake-ups", function()
   end)
 
   it("leave no socket behind when the CQ goes", function()
-    local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    local dev = assert(verbs.open("soft0", { personality = "linux-rc", wire = "shm" }))
     local cq = assert(dev:cq(16))
     local name = name_of(inode_of(cq.c.fd))
     assert(cq:destroy())

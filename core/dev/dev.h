@@ -84,6 +84,10 @@ struct tbrt_dev_ops {
     /* Optional: change a port's state at run time (a pulled cable), for
      * fault injection. NULL when the device cannot. */
     int (*set_port_state)(tbrt_dev *dev, uint8_t port, int state);
+    /* Optional: fault injection, counters, a line on how it moves data. */
+    int (*set_faults)(tbrt_dev *dev, const char *spec);
+    int (*counters)(tbrt_dev *dev, uint32_t qpn, const char **names, uint64_t *values, int max);
+    const char *(*describe)(tbrt_dev *dev);
 };
 
 /* The device kinds, in selection order (dev/devices.c). */

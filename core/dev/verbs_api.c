@@ -93,6 +93,31 @@ int tbrt_port_set_state(tbrt_dev *dev, uint8_t port, int state)
     return dev->ops->set_port_state(dev, port, state);
 }
 
+int tbrt_dev_faults(tbrt_dev *dev, const char *spec)
+{
+    NEED(dev && spec, "dev/spec");
+    if (!dev->ops->set_faults)
+        return dev_fail(dev, EOPNOTSUPP, "faults: a %s device has no fault injection (the soft "
+                        "device has)", dev->kind);
+    return dev->ops->set_faults(dev, spec);
+}
+
+int tbrt_dev_counters(tbrt_dev *dev, uint32_t qpn, const char **names, uint64_t *values,
+                      int max)
+{
+    if (!dev || !dev->ops->counters || max <= 0)
+        return 0;
+    return dev->ops->counters(dev, qpn, names, values, max);
+}
+
+const char *tbrt_dev_describe(tbrt_dev *dev)
+{
+    if (!dev || !dev->ops->describe)
+        return "";
+    const char *s = dev->ops->describe(dev);
+    return s ? s : "";
+}
+
 int tbrt_gid_query(tbrt_dev *dev, uint8_t port, int index, struct ibv_gid_entry *entry)
 {
     NEED(dev && entry, "dev/entry");

@@ -32,6 +32,7 @@ struct tbrt_listener {
     char where[160];            /* "accept on 0.0.0.0:7000" */
     tbrt_link_opts opts;
     char device[TBRT_NAME_MAX], personality[16], ports[32], pci[32];
+    char wire[16], faults[512], pcap[256];
 };
 
 static void *fail_null(tbrt_error *e, int code, const char *fmt, ...)
@@ -298,6 +299,12 @@ tbrt_listener *tbrt_link_listen(const char *host, int port, const tbrt_link_opts
     s->opts.personality = s->personality[0] ? s->personality : NULL;
     s->opts.ports = s->ports[0] ? s->ports : NULL;
     s->opts.pci = s->pci[0] ? s->pci : NULL;
+    str_copy(s->wire, sizeof s->wire, s->opts.wire);
+    str_copy(s->faults, sizeof s->faults, s->opts.faults);
+    str_copy(s->pcap, sizeof s->pcap, s->opts.pcap);
+    s->opts.wire = s->wire[0] ? s->wire : NULL;
+    s->opts.faults = s->faults[0] ? s->faults : NULL;
+    s->opts.pcap = s->pcap[0] ? s->pcap : NULL;
     if (DBG_ON(DBG_EVENT))
         dbg_line(0, "listening on %s:%d", h ? h : "*", s->port);
     ok(e);

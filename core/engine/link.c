@@ -175,6 +175,12 @@ static int normalize(tbrt_link *l, const tbrt_link_opts *in, char *err, size_t e
     o->ports = l->ports_opt[0] ? l->ports_opt : NULL;
     str_copy(l->pci_opt, sizeof l->pci_opt, o->pci);
     o->pci = l->pci_opt[0] ? l->pci_opt : NULL;
+    str_copy(l->wire_opt, sizeof l->wire_opt, o->wire);
+    o->wire = l->wire_opt[0] ? l->wire_opt : NULL;
+    str_copy(l->faults_opt, sizeof l->faults_opt, o->faults);
+    o->faults = l->faults_opt[0] ? l->faults_opt : NULL;
+    str_copy(l->pcap_opt, sizeof l->pcap_opt, o->pcap);
+    o->pcap = l->pcap_opt[0] ? l->pcap_opt : NULL;
     if (o->gid_index < 0)
         o->gid_index = (int)env_long("TBRT_GID_INDEX", -1);
     if (o->nbuf == 0)

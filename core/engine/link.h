@@ -26,6 +26,7 @@ struct tbrt_link {
     const struct link_transport *t;
     tbrt_link_opts opts;
     char device_opt[TBRT_NAME_MAX], personality_opt[16], ports_opt[32], pci_opt[32];
+    char wire_opt[16], faults_opt[512], pcap_opt[256]; /* soft devices */
     tbrt_link_info info;
     bool bye;                   /* the peer closed the link in order */
     bool fallback;              /* RDMA link that fell back to TCP */

@@ -140,7 +140,8 @@ int link_select_device(tbrt_link *l, char *err, size_t errlen)
         n = (int)TBRT_ARRAY_LEN(list);
     char reasons[TBRT_WHY_MAX] = "";
     tbrt_dev_opts dopts = {.personality = l->opts.personality, .ports = l->opts.ports,
-                           .pci = l->opts.pci, .trace = l->opts.trace};
+                           .pci = l->opts.pci, .trace = l->opts.trace, .wire = l->opts.wire,
+                           .faults = l->opts.faults, .pcap = l->opts.pcap};
     /* "auto": real hardware first, the software device only when none works */
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < n; i++) {

@@ -103,6 +103,9 @@ typedef struct tbrt_dev_opts {
     const char *ports;       /* soft: port states, e.g. "down,active" */
     const char *pci;         /* mlx5: PCI address; NULL = the device model */
     int trace;               /* mlx5: print every command (mlx5_core format) */
+    const char *wire;        /* soft: "auto" | "shm" | "udp" ($TBRT_SOFT_WIRE, else auto) */
+    const char *faults;      /* soft: fault sets ($TBRT_FAULTS's syntax) */
+    const char *pcap;        /* soft, UDP wire: capture file ($TBRT_PCAP) */
 } tbrt_dev_opts;
 
 /* The public part of each object; devices embed these as first member. */
@@ -171,6 +174,17 @@ int tbrt_port_query(tbrt_dev *dev, uint8_t port, struct ibv_port_attr *attr);
  * until the setting process exits; state 0 restores the configured state).
  * -EOPNOTSUPP on devices that cannot. */
 int tbrt_port_set_state(tbrt_dev *dev, uint8_t port, int state);
+/* Replace the device's fault sets (soft devices; TBRT_FAULTS's syntax,
+ * "drop=1%,delay=200us,seed=7", "" clears): 0, -EINVAL with the reason in
+ * tbrt_dev_why, -EOPNOTSUPP on devices without fault injection. */
+int tbrt_dev_faults(tbrt_dev *dev, const char *spec);
+/* The device's counters (packets sent/received, retransmits, NAKs, ...), of
+ * one queue pair when qpn != 0: up to max names and values; returns how
+ * many (0 on devices without counters). */
+int tbrt_dev_counters(tbrt_dev *dev, uint32_t qpn, const char **names, uint64_t *values,
+                      int max);
+/* One line on how the device moves data ("wire udp, port 4791, ..."), or "". */
+const char *tbrt_dev_describe(tbrt_dev *dev);
 /* A GID entry with its type; the type is -EOPNOTSUPP'd on providers that do
  * not know types (Apple): then gid_type is set to IBV_GID_TYPE_IB and the
  * call returns 1 instead of 0. An empty entry gives -ENODATA. */
@@ -333,6 +347,9 @@ typedef struct tbrt_link_opts {
                                 0: only the call's timeout bounds it (default) */
     int no_fallback;         /* tbrt_link_connect/accept: fail when no RDMA device
                                 can be used here instead of falling back to TCP */
+    const char *wire;        /* soft devices: "auto" | "shm" | "udp"; NULL: $TBRT_SOFT_WIRE */
+    const char *faults;      /* soft devices: fault sets; NULL: $TBRT_FAULTS */
+    const char *pcap;        /* soft devices, UDP wire: capture file; NULL: $TBRT_PCAP */
 } tbrt_link_opts;
 
 typedef struct tbrt_link tbrt_link;

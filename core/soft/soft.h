@@ -124,6 +124,7 @@ struct soft_dev {
     int ngids[SOFT_MAX_PORTS];
     /* the latest bad value met, for soft_vendor_err (written by the wire) */
     char corrupt_why[TBRT_WHY_MAX];
+    char describe[256];         /* tbrt_dev_describe: the wire and its settings */
 };
 
 struct soft_pd {

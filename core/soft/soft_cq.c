@@ -118,7 +118,9 @@ int soft_req_notify_cq(tbrt_cq *cq)
 
 void soft_cq_wake(struct soft_cq *c)
 {
-    soft_of(c->cq.dev)->wops->cq_wake(c->wcq);
+    const struct soft_wire_ops *o = soft_of(c->cq.dev)->wops;
+    if (o->cq_wake)
+        o->cq_wake(c->wcq);
 }
 
 int soft_ack_cq_events(tbrt_cq *cq)

@@ -11,7 +11,14 @@
  *   devices      $TBRT_SOFT_DEVICES (2)
  *   fabric       $TBRT_SOFT_FABRIC ("default"): devices meet only on the same
  *                fabric and personality (a registry each, for shm)
- *   faults       $TBRT_FAULTS (wire/faults.h) */
+ *   wire         tbrt_dev_opts.wire, $TBRT_SOFT<N>_WIRE, $TBRT_SOFT_WIRE, else
+ *                "auto": per queue pair at RTR, shared memory when the peer's
+ *                GID is this host's, else UDP (wire/auto.c); "shm", "udp"
+ *   UDP port     $TBRT_SOFT_UDP_PORT (4791, RoCEv2's): another gives a fabric
+ *                of its own on the same host
+ *   capture      tbrt_dev_opts.pcap, $TBRT_PCAP (UDP wire; "%p" = pid)
+ *   faults       tbrt_dev_opts.faults, else $TBRT_FAULTS (wire/faults.h);
+ *                changed at run time by tbrt_dev_faults */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,8 +189,49 @@ static int fabric_name(struct soft_dev *sd, char *out, size_t len)
     return 0;
 }
 
+/* Faults a wire without packets cannot inject. */
+static const char *packet_fault(const struct soft_faults *f)
+{
+    for (int i = 0; i < f->nsets; i++) {
+        const struct soft_fault_set *s = &f->sets[i];
+        if (s->corrupt_below)
+            return "corrupt";
+        if (s->dup_below)
+            return "duplicate";
+        if (s->reorder_below)
+            return "reorder";
+        if (s->delay_ns)
+            return "delay";
+        if (s->jitter_ns)
+            return "jitter";
+        if (s->rate_Bps)
+            return "rate";
+    }
+    return NULL;
+}
+
+static int check_faults_fit(struct soft_dev *sd)
+{
+    const char *pf = sd->wops == &soft_wire_shm ? packet_fault(&sd->faults) : NULL;
+    if (pf)
+        return dev_fail(&sd->dev, EOPNOTSUPP, "faults: %s is a packet fault, for the UDP wire "
+                        "(TBRT_SOFT_WIRE=udp or auto); the shared-memory wire has drop=P%%, "
+                        "drop_every=N, partition", pf);
+    return 0;
+}
+
+static int udp_port_of(struct soft_dev *sd, uint16_t *port)
+{
+    long v = env_long("TBRT_SOFT_UDP_PORT", 4791);
+    if (v < 1 || v > 65535)
+        return dev_fail(&sd->dev, EINVAL, "TBRT_SOFT_UDP_PORT %ld is not a UDP port (1..65535)",
+                        v);
+    *port = (uint16_t)v;
+    return 0;
+}
+
 /* Faults and the wire for an opened device. */
-static int soft_attach(struct soft_dev *sd)
+static int soft_attach(struct soft_dev *sd, const tbrt_dev_opts *opts)
 {
     char fabric[64], why[TBRT_WHY_MAX];
     int rc = fabric_name(sd, fabric, sizeof fabric);
@@ -194,15 +242,37 @@ static int soft_attach(struct soft_dev *sd)
     if (rc)
         return dev_fail(&sd->dev, -rc, "%s", why);
     sd->faults_open = true;
-    sd->wops = &soft_wire_shm;
+    if (opts->faults && (rc = soft_faults_set(&sd->faults, opts->faults, why, sizeof why)))
+        return dev_fail(&sd->dev, -rc, "faults \"%s\": %s", opts->faults, why);
+    const char *wire = config(sd->index, opts->wire, "WIRE", "auto");
+    if (strcmp(wire, "shm") == 0)
+        sd->wops = &soft_wire_shm;
+    else if (strcmp(wire, "udp") == 0)
+        sd->wops = &soft_wire_udp;
+    else if (strcmp(wire, "auto") == 0)
+        sd->wops = &soft_wire_auto;
+    else
+        return dev_fail(&sd->dev, EINVAL, "wire \"%s\" is not one of auto, shm, udp", wire);
+    if ((rc = check_faults_fit(sd)))
+        return rc;
+    uint16_t port = 4791;
+    if ((rc = udp_port_of(sd, &port)))
+        return rc;
+    const char *pcap = opts->pcap && *opts->pcap ? opts->pcap : getenv("TBRT_PCAP");
     struct soft_wire_cfg cfg = {
         .fabric = fabric, .dev_index = sd->index, .credit_flow = sd->p->credit_flow,
-        .frames_must_match = sd->p->frames_must_match, .faults = &sd->faults, .corrupt_why = sd->corrupt_why,
-        .corrupt_len = sizeof sd->corrupt_why,
+        .frames_must_match = sd->p->frames_must_match, .faults = &sd->faults,
+        .corrupt_why = sd->corrupt_why, .corrupt_len = sizeof sd->corrupt_why, .udp_port = port,
+        .pcap = pcap && *pcap ? pcap : NULL,
     };
     rc = sd->wops->open(&cfg, &sd->wire, why, sizeof why);
     if (rc)
-        return dev_fail(&sd->dev, -rc, "%s", why);
+        return dev_fail(&sd->dev, -rc, "%s wire: %s", sd->wops->name, why);
+    snprintf(sd->describe, sizeof sd->describe, "wire %s%s%s", sd->wops->name,
+             sd->wops == &soft_wire_shm ? " (this host)" : "", "");
+    if (sd->wops != &soft_wire_shm)
+        str_append(sd->describe, sizeof sd->describe, ", RoCEv2 over UDP port %u%s%s", port,
+                   cfg.pcap ? ", capture " : "", cfg.pcap ? cfg.pcap : "");
     return 0;
 }
 
@@ -230,7 +300,7 @@ static int soft_open(const char *name, const tbrt_dev_opts *opts, tbrt_dev **out
     const char *ports = config(index, opts->ports, "PORTS", p->ports);
     int rc = parse_ports(ports, p->nports, sd->port_state, err, errlen);
     if (rc == 0)
-        rc = soft_attach(sd);
+        rc = soft_attach(sd, opts);
     if (rc == 0)
         rc = soft_events_open(sd);
     if (rc) {
@@ -295,6 +365,64 @@ int soft_set_port_state(tbrt_dev *dev, uint8_t port, int state)
     if (sd->wops->ports_changed)
         sd->wops->ports_changed(sd->wire);
     return 0;
+}
+
+/* ---- faults and counters ------------------------------------------------------ */
+
+static int soft_set_faults(tbrt_dev *dev, const char *spec)
+{
+    struct soft_dev *sd = soft_of(dev);
+    struct soft_faults old = sd->faults;
+    char why[TBRT_WHY_MAX];
+    int rc = soft_faults_set(&sd->faults, spec, why, sizeof why);
+    if (rc)
+        return dev_fail(dev, -rc, "faults \"%s\": %s", spec, why);
+    if ((rc = check_faults_fit(sd))) {
+        memcpy(sd->faults.sets, old.sets, sizeof old.sets);
+        sd->faults.nsets = old.nsets;
+        sd->faults.active = old.active;
+        memcpy(sd->faults.spec, old.spec, sizeof old.spec);
+        return rc;
+    }
+    return 0;
+}
+
+static const char *counter_names[] = {
+    "pkts_sent", "pkts_recv", "bytes_sent", "bytes_recv", "retransmits", "timeouts",
+    "naks_sent", "naks_recv", "rnr_naks_sent", "rnr_naks_recv", "duplicates", "out_of_order",
+    "drops_injected", "corrupt_injected", "dups_injected", "reordered_injected",
+    "delayed_injected", "icrc_failures", "acks_sent", "acks_recv", "credits_sent",
+    "credits_recv", "bad_packets",
+};
+
+static int soft_counters(tbrt_dev *dev, uint32_t qpn, const char **names, uint64_t *values,
+                         int max)
+{
+    struct soft_dev *sd = soft_of(dev);
+    struct soft_wire_stats st;
+    memset(&st, 0, sizeof st);
+    if (sd->wops->stats)
+        sd->wops->stats(sd->wire, qpn, &st);
+    if (!qpn)                   /* every drop, of packets (udp) and messages (shm) */
+        st.drops_injected = sd->faults.injected[SOFT_FAULT_N_DROP];
+    _Static_assert(sizeof st / sizeof(uint64_t) == TBRT_ARRAY_LEN(counter_names),
+                   "a name per counter");
+    const uint64_t *v = (const uint64_t *)&st;
+    int n = 0;
+    for (size_t i = 0; i < TBRT_ARRAY_LEN(counter_names) && n < max; i++, n++) {
+        names[n] = counter_names[i];
+        values[n] = v[i];
+    }
+    return n;
+}
+
+static const char *soft_describe(tbrt_dev *dev)
+{
+    struct soft_dev *sd = soft_of(dev);
+    static __thread char buf[800];
+    snprintf(buf, sizeof buf, "%s%s%s", sd->describe, sd->faults.nsets ? ", faults " : "",
+             sd->faults.nsets ? sd->faults.spec : "");
+    return buf;
 }
 
 /* ---- queries -------------------------------------------------------------- */
@@ -474,4 +602,7 @@ const struct tbrt_dev_ops tbrt_soft_ops = {
     .get_event = soft_get_event,
     .vendor_err = soft_vendor_err,
     .set_port_state = soft_set_port_state,
+    .set_faults = soft_set_faults,
+    .counters = soft_counters,
+    .describe = soft_describe,
 };

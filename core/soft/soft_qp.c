@@ -254,6 +254,7 @@ static int check_rtr_path(struct soft_qp *q, struct ibv_qp_attr *a, int mask)
     }
     q->sgid_index = a->ah_attr.grh.sgid_index;
     memcpy(q->a.dgid, a->ah_attr.grh.dgid.raw, 16);
+    memcpy(q->a.sgid, e.gid.raw, 16);
     return 0;
 }
 
@@ -322,9 +323,9 @@ int soft_modify_qp(tbrt_qp *qp, struct ibv_qp_attr *a, int mask)
         q->a.dest_qpn = a->dest_qp_num;
     }
     if (mask & IBV_QP_RQ_PSN)
-        q->rq_psn = a->rq_psn & 0xffffff;
+        q->a.rq_psn = q->rq_psn = a->rq_psn & 0xffffff;
     if (mask & IBV_QP_SQ_PSN)
-        q->sq_psn = a->sq_psn & 0xffffff;
+        q->a.sq_psn = q->sq_psn = a->sq_psn & 0xffffff;
     if (mask & IBV_QP_MIN_RNR_TIMER)
         q->a.min_rnr_timer = a->min_rnr_timer & 31;
     if (mask & IBV_QP_TIMEOUT)

@@ -68,8 +68,10 @@ local OPTS = {
   gid_index = "number", port = "number", nbuf = "number", stride = "number",
   framing = "string", qp_type = "string", timeout = "number", liveness = "number",
   spin = "number", trace = "boolean", fallback = "boolean", exchange = "function",
-  connect_timeout = "number", stall = "number",
+  connect_timeout = "number", stall = "number", wire = "string", faults = "table",
+  pcap = "string",
 }
+local WIRES = { auto = true, shm = true, udp = true }
 -- tbrt's own framing ("tbrt" = "auto": fixed on Apple devices, variable on
 -- Linux), or llama.cpp's RDMA transports byte for byte (core/include/tbrt.h)
 local FRAMING = { auto = 0, tbrt = 0, fixed = 1, variable = 2, ["llama-apple"] = 3,
@@ -101,6 +103,10 @@ function M.check_opts(opts, level)
     error("link option framing must be tbrt (auto), fixed, variable, llama-apple or " ..
       "llama-linux, got " .. opts.framing, level)
   end
+  if opts.wire and not WIRES[opts.wire] then
+    error("link option wire must be auto, shm or udp, got " .. opts.wire, level)
+  end
+  if opts.faults then require("tbrt.verbs").faults_spec(opts.faults, "link option faults") end
   if opts.qp_type and not QP_TYPE[opts.qp_type] then
     error("link option qp_type must be RC or UC, got " .. opts.qp_type, level)
   end
@@ -125,6 +131,9 @@ local function c_opts(opts)
   if opts.spin then o.spin = opts.spin end
   if opts.stall then o.stall = opts.stall end
   if opts.trace then o.trace = 1 end
+  if opts.wire then o.wire = opts.wire end
+  if opts.pcap then o.pcap = opts.pcap end
+  if opts.faults then o.faults = require("tbrt.verbs").faults_spec(opts.faults) end
   return o
 end
 
@@ -412,6 +421,36 @@ function Link:stats()
     sleeps = tonumber(s.sleeps), eagain = tonumber(s.eagain),
     inline_sends = tonumber(s.inline_sends),
   }
+end
+
+-- The device's counters for this link's queue pair (soft devices: packets
+-- sent/received, retransmits, NAKs, RNR NAKs, duplicates, drops injected,
+-- ICRC failures...), merged into stats() as wire_<name>.
+local function wire_counters(self, t)
+  local dev, qp = C.tbrt_link_dev(self._l), C.tbrt_link_qp(self._l)
+  if dev == nil then return t end
+  local names, vals = ffi.new("const char *[64]"), ffi.new("uint64_t[64]")
+  local n = C.tbrt_dev_counters(dev, qp ~= nil and qp.qp_num or 0, names, vals, 64)
+  for i = 0, n - 1 do t["wire_" .. ffi.string(names[i])] = tonumber(vals[i]) end
+  return t
+end
+
+local plain_stats = Link.stats
+function Link:stats()
+  return wire_counters(self, plain_stats(self))
+end
+
+-- Faults on this link's device (each link has a device of its own), set
+-- while traffic runs: link:faults{ drop = 0.01, delay = "200us", seed = 7 };
+-- link:faults{} clears them. Each end sets its own (dir = "tx" by default:
+-- what this end sends).
+function Link:faults(f)
+  self:_check()
+  local dev = C.tbrt_link_dev(self._l)
+  if dev == nil then return nil, "ENOTSUP: link " .. self.id .. ": faults: a tcp link has no device" end
+  local rc = C.tbrt_dev_faults(dev, require("tbrt.verbs").faults_spec(f, "link:faults"))
+  if rc ~= 0 then return nil, errtext(rc, ffi.string(C.tbrt_dev_why(dev))) end
+  return true
 end
 
 local STATES = { "probed", "activating", "ready", "broken", "closed" }

@@ -76,9 +76,12 @@ M.Dev, M.PD, M.CQ, M.QP, M.MR, M.SRQ = Dev, PD, CQ, QP, MR, SRQ
 
 function M.open(name, opts)
   opts = opts or {}
-  check_keys(opts, { personality = true, ports = true, pci = true, trace = true }, "verbs.open")
+  check_keys(opts, { personality = true, ports = true, pci = true, trace = true, wire = true,
+    faults = true, pcap = true }, "verbs.open")
   local o = ffi.new("tbrt_dev_opts")
   o.personality, o.ports, o.pci = opts.personality, opts.ports, opts.pci
+  o.wire, o.pcap = opts.wire, opts.pcap
+  if opts.faults ~= nil then o.faults = M.faults_spec(opts.faults, "verbs.open") end
   o.trace = opts.trace and 1 or 0
   local out = ffi.new("tbrt_dev *[1]")
   local err = ffi.new("char[512]")
@@ -141,6 +144,71 @@ function Dev:set_port(port, state)
   if rc ~= 0 then return fail(self.d, rc) end
   return true
 end
+
+-- Fault sets from Lua: a table { drop = 0.01, delay = "200us", seed = 7, ... }
+-- (probabilities as fractions or "1%" strings; times and rates with their
+-- units, as tc netem writes them), a list of such tables (several sets), or
+-- TBRT_FAULTS's own string. Returns the string the device parses.
+local PROB = { drop = true, corrupt = true, duplicate = true, reorder = true }
+local FAULT_KEYS = { drop = true, drop_every = true, corrupt = true, duplicate = true,
+  reorder = true, window = true, delay = true, jitter = true, distribution = true, rate = true,
+  partition = true, seed = true, qp = true, dir = true }
+local function one_set(t, what)
+  local parts, keys = {}, {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local v = t[k]
+    if not FAULT_KEYS[k] then
+      error(string.format("%s: unknown fault %q (known: drop, drop_every, corrupt, duplicate, " ..
+        "reorder, window, delay, jitter, distribution, rate, partition, seed, qp, dir)", what,
+        tostring(k)), 4)
+    end
+    if PROB[k] and type(v) == "number" then
+      if v < 0 or v > 1 then
+        error(string.format("%s: %s = %s is a probability 0..1 (or a string like \"1%%\")",
+          what, k, tostring(v)), 4)
+      end
+      v = string.format("%.10g%%", v * 100)
+    elseif v == false then
+      v = nil
+    else
+      v = tostring(v)
+    end
+    if v then parts[#parts + 1] = k .. "=" .. v end
+  end
+  return table.concat(parts, ",")
+end
+function M.faults_spec(f, what)
+  what = what or "faults"
+  if type(f) == "string" then return f end
+  if type(f) ~= "table" then error(what .. ": faults must be a table or a string", 3) end
+  if f[1] ~= nil then
+    local sets = {}
+    for i, t in ipairs(f) do sets[i] = one_set(t, what) end
+    return table.concat(sets, ";")
+  end
+  return one_set(f, what)
+end
+
+-- Set the device's faults (replacing all; {} clears them), while traffic runs.
+function Dev:faults(f)
+  local rc = C.tbrt_dev_faults(self.d, M.faults_spec(f, "dev:faults"))
+  if rc ~= 0 then return fail(self.d, rc) end
+  return true
+end
+
+-- The device's counters (of one QP: qpn), as a table name -> number.
+function Dev:stats(qpn)
+  local names, vals = ffi.new("const char *[64]"), ffi.new("uint64_t[64]")
+  local n = C.tbrt_dev_counters(self.d, qpn or 0, names, vals, 64)
+  local t = {}
+  for i = 0, n - 1 do t[ffi.string(names[i])] = tonumber(vals[i]) end
+  return t
+end
+
+-- How the device moves data ("wire udp, RoCEv2 over UDP port 4791, ...").
+function Dev:describe() return ffi.string(C.tbrt_dev_describe(self.d)) end
 
 local GID_TYPE = { [0] = "IB", "RoCEv1", "RoCEv2" }
 

@@ -27,6 +27,11 @@ ffi.cdef [[ int setenv(const char *, const char *, int); int getpid(void); ]]
 local own_fabric = not os.getenv("TBRT_SOFT_FABRIC")
 local fabric = "spec-" .. ffi.C.getpid()
 if own_fabric then ffi.C.setenv("TBRT_SOFT_FABRIC", fabric, 1) end
+-- and a UDP port of its own for the soft device's UDP wire (RoCEv2's 4791
+-- stays free for real use; two runs at once do not share one)
+if not os.getenv("TBRT_SOFT_UDP_PORT") then
+  ffi.C.setenv("TBRT_SOFT_UDP_PORT", tostring(20000 + ffi.C.getpid() % 30000), 1)
+end
 local function remove_fabric()
   if not own_fabric then return end
   local dir = os.getenv("TBRT_SHM_DIR") or ("/dev/shm/tbrt-" .. (os.getenv("UID") or "0"))

@@ -17,12 +17,12 @@ function V.loopback_gid(dev, port)
 end
 
 -- A device with two QPs of this process connected to each other.
--- o: personality, type ("UC"/"RC"/...), port, depth, mr_len, and connect
--- options (min_rnr_timer, rnr_retry, timeout, retry_cnt).
+-- o: personality, type ("UC"/"RC"/...), port, depth, mr_len, wire, faults,
+-- pcap, and connect options (min_rnr_timer, rnr_retry, timeout, retry_cnt, mtu).
 function V.pair(o)
   o = o or {}
   local dev = assert(verbs.open(o.device or "soft0", { personality = o.personality or "apple-uc",
-    ports = o.ports }))
+    ports = o.ports, wire = o.wire, faults = o.faults, pcap = o.pcap }))
   local port = o.port or (dev.personality == "apple-uc" and 2 or 1)
   local pd = assert(dev:pd())
   local cq_a, cq_b = assert(dev:cq(256)), assert(dev:cq(256))

@@ -1,5 +1,6 @@
 /* faults.c - fault injection for the soft device's wires (faults.h): the
- * host-wide port states and the message faults of TBRT_FAULTS.
+ * host-wide port states and the decisions of the fault sets (their syntax
+ * is parsed in faults_parse.c).
  *
  * The port states are a small file beside the fabric registry in the
  * user's private directory (util/private_dir.c: 0700, 0600, no links, owner
@@ -10,6 +11,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,49 +81,7 @@ static int map_file(struct soft_faults *f, const char *fabric, char *why, size_t
     return 0;
 }
 
-/* TBRT_FAULTS: "drop=P%,seed=S". The faults issue 10 lists but that need
- * packets are refused by name, so a script written for the UDP wire says
- * what it misses instead of running fault-free. */
-static int parse_env(struct soft_faults *f, char *why, size_t len)
-{
-    const char *env = getenv("TBRT_FAULTS");
-    if (!env || !*env)
-        return 0;
-    char buf[256];
-    str_copy(buf, sizeof buf, env);
-    char *save = NULL;
-    for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(kv, '='), *end = NULL;
-        if (!eq)
-            return err_set(why, len, EINVAL, "TBRT_FAULTS \"%s\": \"%s\" is not key=value", env,
-                           kv);
-        *eq = 0;
-        const char *v = eq + 1;
-        if (strcmp(kv, "drop") == 0) {
-            double p = strtod(v, &end);
-            if (end == v || strcmp(end, "%") != 0 || p < 0 || p > 100)
-                return err_set(why, len, EINVAL, "TBRT_FAULTS: drop=%s is not a percentage "
-                               "0%%..100%% (like drop=1%%)", v);
-            f->drop_below = p >= 100 ? UINT64_MAX : (uint64_t)(p / 100.0 * 18446744073709551616.0);
-            f->active = p > 0;
-        } else if (strcmp(kv, "seed") == 0) {
-            f->seed = strtoull(v, &end, 0);
-            if (end == v || *end)
-                return err_set(why, len, EINVAL, "TBRT_FAULTS: seed=%s is not a number", v);
-        } else if (strcmp(kv, "corrupt") == 0 || strcmp(kv, "duplicate") == 0 ||
-                   strcmp(kv, "reorder") == 0 || strcmp(kv, "delay") == 0 ||
-                   strcmp(kv, "jitter") == 0 || strcmp(kv, "rate") == 0 ||
-                   strcmp(kv, "partition") == 0) {
-            return err_set(why, len, EOPNOTSUPP, "TBRT_FAULTS: %s is a packet fault, for the "
-                           "UDP wire (not in this build); the shared-memory wire has drop=P%%, "
-                           "seed=N", kv);
-        } else {
-            return err_set(why, len, EINVAL, "TBRT_FAULTS: unknown fault \"%s\" (known: "
-                           "drop=P%%, seed=N)", kv);
-        }
-    }
-    return 0;
-}
+/* parsing: faults_parse.c */
 
 int soft_faults_open(struct soft_faults *f, const char *fabric, int dev_index,
                      const uint8_t *port_state, int nports, char *why, size_t len)
@@ -132,8 +92,15 @@ int soft_faults_open(struct soft_faults *f, const char *fabric, int dev_index,
     f->pid = (int32_t)getpid();
     f->nports = nports < SOFT_FAULT_PORTS ? nports : SOFT_FAULT_PORTS;
     memcpy(f->port_state, port_state, (size_t)f->nports);
-    int rc = parse_env(f, why, len);
-    return rc ? rc : map_file(f, fabric, why, len);
+    const char *env = getenv("TBRT_FAULTS");
+    int rc = 0;
+    if (env && *env) {
+        char err[TBRT_WHY_MAX];
+        rc = soft_faults_set(f, env, err, sizeof err);
+        if (rc)
+            return err_set(why, len, -rc, "TBRT_FAULTS \"%s\": %s", env, err);
+    }
+    return map_file(f, fabric, why, len);
 }
 
 void soft_faults_close(struct soft_faults *f)
@@ -180,11 +147,120 @@ static uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-bool soft_faults_decide_drop(const struct soft_faults *f, const struct soft_fault_unit *u)
+/* The hash of a set's next unit for one kind of decision. */
+static uint64_t roll(const struct soft_fault_set *s, uint64_t unit, uint64_t kind)
+{
+    return mix(s->seed ^ mix(unit * 8 + kind));
+}
+
+enum { K_DROP, K_CORRUPT, K_DUP, K_REORDER, K_JITTER, K_JITTER2, K_BIT };
+
+static bool partitioned(struct soft_fault_set *s, int dir, uint64_t now)
+{
+    if (!(s->partition & dir))
+        return false;
+    if (s->heal_ns && now >= s->heal_ns) {
+        s->partition = 0;       /* healed */
+        return false;
+    }
+    return true;
+}
+
+bool soft_faults_decide_drop(struct soft_faults *f, const struct soft_fault_unit *u)
 {
     if (u->qp_type != IBV_QPT_UC && u->qp_type != IBV_QPT_UD)
         return false;           /* RC over shm: reliable (see wire.h) */
-    if (f->drop_below == UINT64_MAX)
-        return true;
-    return mix(f->seed ^ mix(u->index)) < f->drop_below;
+    uint64_t now = 0;
+    for (int i = 0; i < f->nsets; i++) {
+        struct soft_fault_set *s = &f->sets[i];
+        if (!(s->dir & SOFT_FAULT_TX) || (s->qpn && s->qpn != u->qpn))
+            continue;
+        if (s->partition && partitioned(s, SOFT_FAULT_TX, now ? now : (now = now_ns())))
+            goto drop;
+        if (s->drop_every && (u->index + 1) % s->drop_every == 0)
+            goto drop;
+        if (s->drop_below && (s->drop_below == UINT64_MAX || roll(s, u->index, K_DROP) < s->drop_below))
+            goto drop;
+    }
+    return false;
+drop:
+    f->injected[SOFT_FAULT_N_DROP]++;
+    return true;
+}
+
+/* A jitter draw in [0, j) (uniform), or around j/2 for the others
+ * (Box-Muller for normal; pareto with shape 3, bounded at 4 j). */
+static uint64_t jitter_of(const struct soft_fault_set *s, uint64_t unit)
+{
+    if (!s->jitter_ns)
+        return 0;
+    double u1 = (double)(roll(s, unit, K_JITTER) >> 11) / 9007199254740992.0;
+    double u2 = (double)(roll(s, unit, K_JITTER2) >> 11) / 9007199254740992.0;
+    double j = (double)s->jitter_ns, x;
+    switch (s->dist) {
+    case SOFT_DIST_NORMAL:
+        x = j + j * sqrt(-2.0 * log(u1 + 1e-300)) * cos(6.283185307179586 * u2) / 2.0;
+        break;
+    case SOFT_DIST_PARETO:
+        x = j * (pow(1.0 - u1, -1.0 / 3.0) - 1.0) * 2.0;
+        break;
+    case SOFT_DIST_PARETONORMAL:
+        x = 0.75 * (j + j * sqrt(-2.0 * log(u1 + 1e-300)) * cos(6.283185307179586 * u2) / 2.0) +
+            0.25 * j * (pow(1.0 - u2, -1.0 / 3.0) - 1.0) * 2.0;
+        break;
+    default:
+        x = j * u1;
+    }
+    if (x < 0)
+        x = 0;
+    if (x > 4 * j)
+        x = 4 * j;
+    return (uint64_t)x;
+}
+
+static bool hit(const struct soft_fault_set *s, uint64_t below, uint64_t unit, uint64_t kind)
+{
+    return below && (below == UINT64_MAX || roll(s, unit, kind) < below);
+}
+
+bool soft_faults_packet(struct soft_faults *f, uint32_t qpn, int dir, uint64_t now,
+                        struct soft_fault_verdict *v)
+{
+    memset(v, 0, sizeof *v);
+    bool any = false;
+    for (int i = 0; i < f->nsets; i++) {
+        struct soft_fault_set *s = &f->sets[i];
+        if (!(s->dir & dir) || (s->qpn && s->qpn != qpn))
+            continue;
+        uint64_t unit = s->count++;
+        any = true;
+        if ((s->partition && partitioned(s, dir, now)) ||
+            (s->drop_every && (unit + 1) % s->drop_every == 0) ||
+            hit(s, s->drop_below, unit, K_DROP)) {
+            v->drop = true;
+            f->injected[SOFT_FAULT_N_DROP]++;
+            return true;
+        }
+        if (hit(s, s->corrupt_below, unit, K_CORRUPT)) {
+            v->corrupt = true;
+            v->corrupt_bit = roll(s, unit, K_BIT);
+            f->injected[SOFT_FAULT_N_CORRUPT]++;
+        }
+        if (hit(s, s->dup_below, unit, K_DUP)) {
+            v->duplicate = true;
+            f->injected[SOFT_FAULT_N_DUP]++;
+        }
+        if (hit(s, s->reorder_below, unit, K_REORDER)) {
+            v->reorder = true;
+            v->window = s->window ? s->window : 3;
+            f->injected[SOFT_FAULT_N_REORDER]++;
+        }
+        if (s->delay_ns || s->jitter_ns) {
+            v->delay_ns += s->delay_ns + jitter_of(s, unit);
+            f->injected[SOFT_FAULT_N_DELAY]++;
+        }
+        if (s->rate_Bps && (!v->rate_Bps || s->rate_Bps < v->rate_Bps))
+            v->rate_Bps = s->rate_Bps;
+    }
+    return any;
 }

@@ -3,22 +3,42 @@
  *
  * A device opens its faults with itself; the wire asks them once per unit it
  * moves (a message on shm, a packet on udp) and does what they answer. The
- * fast path is one predictable branch: soft_faults_drop() is inline and
- * says no at once when no fault is set.
+ * fast path is one predictable branch: nothing is asked when no fault is
+ * set (f->active).
  *
- * What exists today:
+ * What there is:
  *   port states   set at run time (a pulled cable), host-wide per fabric,
  *                 device and port, in a file of the user's private
  *                 directory, held while the setting process lives (a crashed
  *                 fault injector cannot leave a port down for good);
- *   drop          TBRT_FAULTS="drop=P%[,seed=S]": each UC or UD message is
- *                 lost with probability P, decided from S and the message's
- *                 index in its send queue alone, so whichever process
- *                 executes it decides the same, and a run replays exactly
- *                 (queue pair numbers change from run to run).
- * The rest of issue 10's list (corrupt, duplicate, reorder, delay,
- * bandwidth, partition, scopes, counters) comes with the UDP wire; naming
- * one of them now is an error that says so. */
+ *   fault sets    a list of sets, each with a scope (the device or one QP;
+ *                 the direction) and a seed, parsed from TBRT_FAULTS when
+ *                 the device opens and replaced at run time
+ *                 (soft_faults_set: dev:faults{}, link:faults{}):
+ *       drop=P%           lose a unit with probability P
+ *       drop_every=N      lose every Nth unit
+ *       corrupt=P%        flip one bit (the receiver's ICRC check discards it)
+ *       duplicate=P%      send it twice
+ *       reorder=P%        hold it back behind the next window=N (3) units
+ *       delay=T           hold every unit T (units as tc netem: ns, us, ms, s)
+ *       jitter=T          plus a random part of up to T, drawn from
+ *       distribution=D    uniform (default), normal, pareto, paretonormal
+ *       rate=R            a bandwidth cap: bit, kbit, mbit, gbit per second;
+ *                         bps, kbps, mbps, gbps are bytes per second (netem's units)
+ *       partition=DIR[:T] lose everything going DIR (tx, rx, both) until T has
+ *                         passed (it heals), or until cleared without T
+ *       seed=S qp=N dir=D the set's seed and scope: dir=tx (what this end
+ *                         sends; the default, each end sets its own), rx, both
+ *                 Sets are separated by ';'. A set's decisions are a pure
+ *                 function of its seed and of the unit's place in the set's
+ *                 count, so a run that moves the same units in the same order
+ *                 replays exactly. The shm wire (messages, no packets) takes
+ *                 drop, drop_every and partition for UC and UD messages,
+ *                 decided from the message's index in its send queue so
+ *                 either end decides the same (RC over shm stays lossless: a
+ *                 reliable transport would retransmit); the other faults
+ *                 need packets and are the udp wire's.
+ * What was injected is counted in f->injected. */
 #ifndef TBRT_SOFT_FAULTS_H
 #define TBRT_SOFT_FAULTS_H
 
@@ -30,8 +50,41 @@
 
 #define SOFT_FAULT_DEVS 16      /* soft0..soft15 have port states */
 #define SOFT_FAULT_PORTS 2
+#define SOFT_FAULT_SETS 8
 
 struct soft_fault_file;         /* the host-wide part (faults.c) */
+
+enum soft_fault_dir { SOFT_FAULT_TX = 1, SOFT_FAULT_RX = 2, SOFT_FAULT_BOTH = 3 };
+enum soft_fault_dist { SOFT_DIST_UNIFORM, SOFT_DIST_NORMAL, SOFT_DIST_PARETO,
+                       SOFT_DIST_PARETONORMAL };
+
+/* One set of faults and its scope. Probabilities are thresholds on a
+ * 64-bit hash (0: never; UINT64_MAX: always). */
+struct soft_fault_set {
+    uint32_t qpn;               /* 0: every QP of the device */
+    uint8_t dir;                /* enum soft_fault_dir */
+    uint8_t dist;               /* enum soft_fault_dist */
+    uint8_t partition;          /* enum soft_fault_dir; 0: none */
+    uint64_t drop_below, corrupt_below, dup_below, reorder_below;
+    uint32_t drop_every, window;
+    uint64_t delay_ns, jitter_ns;
+    uint64_t rate_Bps;          /* bytes per second; 0: no cap */
+    uint64_t heal_ns;           /* partition: now_ns() when it heals; 0: never */
+    uint64_t seed;
+    uint64_t count;             /* units this set decided on */
+};
+
+/* What the sets decided for one packet. */
+struct soft_fault_verdict {
+    bool drop, corrupt, duplicate, reorder;
+    uint32_t window;            /* reorder: units to let pass first */
+    uint64_t delay_ns;          /* hold this long (delay + jitter) */
+    uint64_t rate_Bps;          /* pace the direction at this rate (0: no cap) */
+    uint64_t corrupt_bit;       /* which bit to flip (modulo the packet's bits) */
+};
+
+enum { SOFT_FAULT_N_DROP, SOFT_FAULT_N_CORRUPT, SOFT_FAULT_N_DUP, SOFT_FAULT_N_REORDER,
+       SOFT_FAULT_N_DELAY, SOFT_FAULT_N_KINDS };
 
 struct soft_faults {
     int dev_index;
@@ -40,21 +93,24 @@ struct soft_faults {
     int nports;
     int fd;
     struct soft_fault_file *file;
-    /* message faults of this process */
-    bool active;
-    uint64_t drop_below;        /* drop when the unit's hash is below this */
-    uint64_t seed;
+    /* the fault sets of this process's device */
+    bool active;                /* any set */
+    int nsets;
+    struct soft_fault_set sets[SOFT_FAULT_SETS];
+    char spec[512];             /* as last set */
+    uint64_t injected[SOFT_FAULT_N_KINDS];
 };
 
-/* One unit a wire is about to move. */
+/* One message the shm wire is about to move. */
 struct soft_fault_unit {
     uint32_t qp_type;           /* enum ibv_qp_type of the sender */
+    uint32_t qpn;               /* the sender's */
     uint64_t index;             /* the message's index in its send queue */
 };
 
 /* Open the faults of soft<dev_index> on a fabric ("<name>-<personality>")
- * with its configured port states: 0, or -errno with the reason in why
- * (an unreadable TBRT_FAULTS names what was wrong). */
+ * with its configured port states and TBRT_FAULTS: 0, or -errno with the
+ * reason in why (an unreadable TBRT_FAULTS names what was wrong). */
 int soft_faults_open(struct soft_faults *f, const char *fabric, int dev_index,
                      const uint8_t *port_state, int nports, char *why, size_t len);
 void soft_faults_close(struct soft_faults *f);
@@ -65,11 +121,21 @@ int soft_faults_port_state(const struct soft_faults *f, int dev, int port);
 /* Set (or, with 0, clear) a run-time state of one of this device's ports. */
 void soft_faults_set_port(struct soft_faults *f, int port, int state);
 
-bool soft_faults_decide_drop(const struct soft_faults *f, const struct soft_fault_unit *u);
-/* Should this unit be lost? */
-static inline bool soft_faults_drop(const struct soft_faults *f, const struct soft_fault_unit *u)
+/* Replace every fault set by those of spec (TBRT_FAULTS's syntax; "" clears
+ * them): 0, or -EINVAL with the reason in why (then nothing changed). */
+int soft_faults_set(struct soft_faults *f, const char *spec, char *why, size_t len);
+
+bool soft_faults_decide_drop(struct soft_faults *f, const struct soft_fault_unit *u);
+/* shm: should this message be lost? */
+static inline bool soft_faults_drop(struct soft_faults *f, const struct soft_fault_unit *u)
 {
     return TBRT_UNLIKELY(f->active) && soft_faults_decide_drop(f, u);
 }
+
+/* Packet wires: the verdict for one packet of QP qpn going in direction
+ * dir (SOFT_FAULT_TX: we send it; RX: it arrived); false when nothing is to
+ * be done to it. `now` is now_ns(). */
+bool soft_faults_packet(struct soft_faults *f, uint32_t qpn, int dir, uint64_t now,
+                        struct soft_fault_verdict *v);
 
 #endif

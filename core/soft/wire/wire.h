@@ -22,7 +22,8 @@
  *   - GIDs (the host's addresses) and port configuration.
  * A wire (core/soft/wire/<name>/) moves messages between queue pairs. It owns
  *   - addressing: queue pair numbers and how to find a QPN's owner (shm: a
- *     registry in /dev/shm; udp: the GID is an IP address, the QPN in BTH);
+ *     registry in /dev/shm; udp: the GID is an IP address, the QPN in BTH,
+ *     the PSNs and the source GID of qp_attr);
  *   - where posted work waits and who executes it (shm: in shared memory,
  *     run by either end; udp: in the wire's own queues, run by the sender);
  *   - message semantics on the way: matching a SEND to the oldest posted
@@ -228,6 +229,29 @@ struct soft_wire_cfg {
     struct soft_faults *faults; /* asked per unit moved; port states */
     char *corrupt_why;          /* where the wire says what bad value it met */
     size_t corrupt_len;
+    /* packet wires (udp) */
+    uint16_t udp_port;          /* RoCEv2 destination port (4791, TBRT_SOFT_UDP_PORT) */
+    const char *netdev;         /* bound to this interface, or NULL: every address */
+    const char *pcap;           /* write every packet here (TBRT_PCAP), or NULL */
+};
+
+/* What a wire counts (dev:stats(), link:stats()): per device, or per QP
+ * where asked by QPN. A wire without packets counts messages as packets. */
+struct soft_wire_stats {
+    uint64_t pkts_sent, pkts_recv;
+    uint64_t bytes_sent, bytes_recv;  /* UDP payload bytes */
+    uint64_t retransmits;             /* packets sent again (timeout, NAK) */
+    uint64_t timeouts;                /* retransmit timer expiries */
+    uint64_t naks_sent, naks_recv;    /* NAK sequence error / other NAKs */
+    uint64_t rnr_naks_sent, rnr_naks_recv;
+    uint64_t duplicates;              /* duplicate requests met by a responder */
+    uint64_t out_of_order;            /* packets beyond the expected PSN */
+    uint64_t drops_injected;          /* by faults: dropped, partitioned */
+    uint64_t corrupt_injected, dups_injected, reordered_injected, delayed_injected;
+    uint64_t icrc_failures;           /* packets the ICRC check discarded */
+    uint64_t acks_sent, acks_recv;
+    uint64_t credits_sent, credits_recv; /* apple-uc credit packets (tbrt's own) */
+    uint64_t bad_packets;             /* malformed, unknown QP, wrong state */
 };
 
 /* A queue pair, as created. */
@@ -256,6 +280,9 @@ struct soft_wire_qp_attr {
     uint8_t mtu;                /* enum ibv_mtu (path MTU) */
     uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer;
     uint8_t dgid[16];           /* RC/UC: the peer's GID */
+    /* what a packet wire needs besides (shm ignores them) */
+    uint32_t sq_psn, rq_psn;    /* first PSN sent / expected (24 bits) */
+    uint8_t sgid[16];           /* RC/UC: our GID the path leaves from (sgid_index) */
 };
 
 /* A posted receive: its scatter list (lkeys of this device). */
@@ -385,9 +412,16 @@ struct soft_wire_ops {
      * index is the oldest the objects have not taken. */
     int (*recv_done)(struct soft_wire_qp *q, uint64_t index, struct soft_result *r);
     int (*send_done)(struct soft_wire_qp *q, uint64_t index, struct soft_result *r);
+
+    /* Optional (NULL: no counters): add this wire's counters, of one QP when
+     * qpn != 0, to *s. */
+    void (*stats)(struct soft_wire *w, uint32_t qpn, struct soft_wire_stats *s);
 };
 
-/* The wires there are. */
+/* The wires there are: shm (this host), udp (RoCEv2 over UDP), and auto
+ * (per queue pair at RTR: shm when the peer's GID is this host's, else udp). */
 extern const struct soft_wire_ops soft_wire_shm;
+extern const struct soft_wire_ops soft_wire_udp;
+extern const struct soft_wire_ops soft_wire_auto;
 
 #endif

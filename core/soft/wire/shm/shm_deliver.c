@@ -359,7 +359,8 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
         return SHM_WAIT;
     }
     bool rc = e->sv->qp_type == IBV_QPT_RC;
-    struct soft_fault_unit unit = {.qp_type = e->sv->qp_type, .index = e->index};
+    struct soft_fault_unit unit = {.qp_type = e->sv->qp_type, .qpn = e->sv->qpn,
+                                   .index = e->index};
     if (soft_faults_drop(e->w->cfg.faults, &unit)) {
         /* lost on the way; with credit flow only once a receive waits for
          * it (the frame used a credit) */
@@ -460,7 +461,7 @@ int shm_deliver_ud(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
         return shm_exec_fail(e, IBV_WC_LOC_PROT_ERR, SOFT_VERR_LKEY);
     if (w->total > (128u << q->a.mtu))
         return shm_exec_fail(e, IBV_WC_LOC_LEN_ERR, SOFT_VERR_MSG_SIZE);
-    struct soft_fault_unit unit = {.qp_type = IBV_QPT_UD, .index = e->index};
+    struct soft_fault_unit unit = {.qp_type = IBV_QPT_UD, .qpn = q->qpn, .index = e->index};
     if (soft_faults_drop(sw->cfg.faults, &unit))
         return SHM_DONE;        /* lost on the way */
     if (!(w->flags & SOFT_SEND_DGID_LOCAL))

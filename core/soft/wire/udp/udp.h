@@ -1,0 +1,359 @@
+/* udp.h - the soft device's UDP wire: RoCEv2 packets over UDP between
+ * hosts or network namespaces, in user space (Linux's rxe does the same in
+ * the kernel). The parts its files share.
+ *
+ *   udp_pkt.c    the packets: BTH and its extension headers, the ICRC
+ *   udp_ep.c     the endpoint: one pair of sockets (IPv4, IPv6) per process
+ *                and port, shared by every device of the process that uses
+ *                it, batched I/O (sendmmsg/recvmmsg), the queue of delayed
+ *                and held packets that faults make, the capture
+ *   udp_pcap.c   the capture file (pcapng: Ethernet/IP/UDP framed)
+ *   udp_req.c    the requester: segmentation by path MTU, PSNs, ACKs, NAKs,
+ *                go-back-N, the retransmit and RNR timers, READ responses
+ *   udp_resp.c   the responder: PSN checks, duplicates, placing data into
+ *                posted receives and registered memory, ACK/NAK/RNR NAK,
+ *                READ responses, the UD GRH, apple-uc's receive credits
+ *   udp_wire.c   the wire's operations (wire.h)
+ *
+ * Packets are RoCEv2's: UDP destination port 4791 (cfg->udp_port), then
+ * BTH, the opcode's extension headers (RETH, AETH, DETH, ImmDt, AtomicETH),
+ * the payload padded to 4 bytes, and the ICRC (udp_pkt.c). tbrt's own
+ * control packet (apple-uc's receive credits) is a BTH with the
+ * manufacturer-specific opcode UDP_OP_TBRT_CREDIT and an 8-byte payload
+ * {"TBCR", receives posted}, documented in the README and named in the
+ * capture's comments.
+ *
+ * Everything that arrives is hostile input: lengths and opcodes are checked
+ * before use, a packet is read once from the buffer it was received into,
+ * a peer never chooses how much is allocated (the queues are the QP's, the
+ * READ jobs a fixed ring), and addresses it names are checked against our
+ * own registrations.
+ *
+ * Locking: the endpoint's mutex is held by every operation of every wire on
+ * it, so the device that reads a packet for another device's queue pair
+ * (both in this process) can act on it, then wakes that device's CQs. */
+#ifndef TBRT_SOFT_UDP_H
+#define TBRT_SOFT_UDP_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <infiniband/verbs.h>
+
+#include "soft/wire/faults.h"
+#include "soft/wire/wire.h"
+#include "util/util.h"
+
+#define UDP_ROCE_PORT 4791      /* IANA's RoCEv2 port */
+#define UDP_BTH 12
+#define UDP_RETH 16
+#define UDP_AETH 4
+#define UDP_DETH 8
+#define UDP_IMM 4
+#define UDP_ATOMIC_ETH 28
+#define UDP_ATOMIC_ACK 8
+#define UDP_ICRC 4
+#define UDP_HDR_MAX (UDP_BTH + UDP_RETH + UDP_IMM + UDP_ATOMIC_ETH)
+#define UDP_PKT_MAX (UDP_HDR_MAX + 4096 + 4 + UDP_ICRC)
+#define UDP_PKEY 0xffff         /* the default partition */
+#define UDP_PSN_MASK 0xffffffu
+
+/* Opcodes: the transport in the top 3 bits, the operation below (IBA 9.2). */
+enum {
+    UDP_TR_RC = 0x00, UDP_TR_UC = 0x20, UDP_TR_UD = 0x60,
+    UDP_OP_SEND_FIRST = 0, UDP_OP_SEND_MIDDLE = 1, UDP_OP_SEND_LAST = 2,
+    UDP_OP_SEND_LAST_IMM = 3, UDP_OP_SEND_ONLY = 4, UDP_OP_SEND_ONLY_IMM = 5,
+    UDP_OP_WRITE_FIRST = 6, UDP_OP_WRITE_MIDDLE = 7, UDP_OP_WRITE_LAST = 8,
+    UDP_OP_WRITE_LAST_IMM = 9, UDP_OP_WRITE_ONLY = 10, UDP_OP_WRITE_ONLY_IMM = 11,
+    UDP_OP_READ_REQ = 12, UDP_OP_READ_RESP_FIRST = 13, UDP_OP_READ_RESP_MIDDLE = 14,
+    UDP_OP_READ_RESP_LAST = 15, UDP_OP_READ_RESP_ONLY = 16, UDP_OP_ACK = 17,
+    UDP_OP_ATOMIC_ACK = 18, UDP_OP_CMP_SWAP = 19, UDP_OP_FETCH_ADD = 20,
+    /* IBA reserves 0xC0..0xFF for manufacturers: tbrt's receive credits */
+    UDP_OP_TBRT_CREDIT = 0xC0,
+};
+#define UDP_CREDIT_MAGIC 0x54424352u /* "TBCR" */
+
+/* AETH syndromes (IBA 9.7.5.1) */
+#define UDP_AETH_ACK 0x1f       /* ACK, credit count "invalid" (no end-to-end credits) */
+#define UDP_AETH_RNR 0x20       /* | the RNR timer code */
+#define UDP_AETH_NAK_SEQ 0x60
+#define UDP_AETH_NAK_INV 0x61
+#define UDP_AETH_NAK_ACCESS 0x62
+#define UDP_AETH_NAK_OP 0x63
+
+/* What an opcode's packet carries. */
+enum {
+    UDP_F_RETH = 1, UDP_F_IMM = 2, UDP_F_AETH = 4, UDP_F_DETH = 8, UDP_F_ATOMIC = 16,
+    UDP_F_ATOMIC_ACK = 32, UDP_F_PAYLOAD = 64, UDP_F_FIRST = 128, UDP_F_LAST = 256,
+    UDP_F_REQ = 512, UDP_F_RESP = 1024, UDP_F_SEND = 2048, UDP_F_WRITE = 4096,
+    UDP_F_VALID = 8192,
+};
+/* The flags of an opcode (0: not one this wire takes). */
+unsigned udp_op_flags(uint8_t opcode);
+const char *udp_op_name(uint8_t opcode);
+
+/* A packet, parsed (udp_pkt_parse) or to build (udp_pkt_build). */
+struct udp_pkt {
+    uint8_t opcode;
+    bool se, ackreq;
+    uint32_t dqpn, psn;
+    uint64_t va;                /* RETH / AtomicETH */
+    uint32_t rkey, dmalen;
+    uint8_t syndrome;           /* AETH */
+    uint32_t msn;
+    uint32_t qkey, sqpn;        /* DETH */
+    uint32_t imm;               /* network order, as posted */
+    uint64_t swap_add, compare, orig; /* AtomicETH, AtomicAckETH */
+    const uint8_t *payload;     /* parse: inside the received buffer */
+    uint32_t paylen;
+};
+
+/* The addresses of a packet on the wire: what the ICRC covers besides
+ * the packet itself. GIDs (IPv4-mapped for IPv4). */
+struct udp_path {
+    uint8_t sgid[16], dgid[16];
+    uint16_t sport, dport;
+};
+static inline bool udp_gid_v4(const uint8_t g[16])
+{
+    static const uint8_t pfx[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    return memcmp(g, pfx, 12) == 0;
+}
+/* RoCEv2 UDP source port of a flow between two QPs (the kernel's and
+ * mlx5's formula: a 20-bit flow label from the QPNs, folded to 14 bits,
+ * in 0xC000..0xFFFF). */
+uint16_t udp_flow_sport(uint32_t lqpn, uint32_t rqpn);
+
+/* Write the headers of p into out (at most UDP_HDR_MAX); returns their
+ * length. The payload and the ICRC go after them. */
+uint32_t udp_pkt_headers(const struct udp_pkt *p, uint8_t pad, uint8_t *out);
+/* Parse a received packet of len bytes (ICRC included, already checked);
+ * 0, or -1 with the reason in why. */
+int udp_pkt_parse(const uint8_t *buf, uint32_t len, struct udp_pkt *p, const char **why);
+/* The ICRC of a packet: the headers hdr[0..hlen), then the payload pieces,
+ * then pad zero bytes, over the path (RoCEv2 annex A17.3.3: the IP and UDP
+ * header fields that routers change masked to ones, BTH resv8a too). */
+struct udp_piece {
+    const void *p;
+    uint32_t len;
+};
+uint32_t udp_icrc(const struct udp_path *path, const uint8_t *hdr, uint32_t hlen,
+                  const struct udp_piece *pieces, int npieces, uint8_t pad);
+/* Modelled IPv4/IPv6 + UDP headers of a packet of `len` UDP payload
+ * bytes (for the ICRC with masked=true, for the capture with false):
+ * returns their length (28 or 48). */
+uint32_t udp_ip_headers(const struct udp_path *path, uint32_t len, bool masked, uint8_t *out);
+
+/* ---- the endpoint ----------------------------------------------------------- */
+
+struct udp_ep;
+struct udp_pcap;
+struct soft_wire_qp;
+
+/* A packet held by faults (delay, rate, reorder), or waiting for the
+ * batch: its own copy. */
+struct udp_held {
+    struct udp_held *next;
+    uint64_t due_ns;
+    uint32_t after;             /* reorder: packets still to pass first */
+    bool rx;                    /* arrived (delay on the receive side) */
+    struct sockaddr_in6 peer;   /* tx: where to; rx: from where */
+    uint8_t src[16];            /* tx: our source address; rx: the packet's destination */
+    uint32_t len;
+    uint8_t data[];
+};
+
+/* Send one packet from wire w: headers, payload pieces (pointing into
+ * registered memory: no copy unless faults hold it), ICRC. The path gives
+ * the addresses; q the QP it belongs to (fault scope, counters; NULL:
+ * the wire's). */
+void udp_send(struct soft_wire *w, struct soft_wire_qp *q, const struct udp_path *path,
+              const uint8_t *hdr, uint32_t hlen, const struct udp_piece *pieces, int npieces,
+              uint8_t pad);
+/* Flush what the endpoint batched (sendmmsg). */
+void udp_ep_flush(struct udp_ep *ep);
+
+/* ---- the wire's objects --------------------------------------------------------- */
+
+#define UDP_READ_JOBS 16        /* READ requests a responder answers at once */
+#define UDP_WINDOW 512          /* RC packets in flight at most */
+#define UDP_ACK_EVERY 64        /* ask for an ACK at least this often */
+#define UDP_CREDIT_REFRESH_NS 5000000ull /* apple-uc: say the credits again (receives wait) */
+#define UDP_CREDIT_IDLE_NS 20000000ull   /* ... (none wait): the peer hears we are here */
+#define UDP_PEER_SILENT_NS 200000000ull  /* no credits heard that long: no peer (TN3205:
+                                            frames to a dead peer just go, unreported) */
+
+struct udp_mr {
+    uint32_t key;
+    uint32_t access;
+    uint64_t addr, len;
+};
+
+struct soft_wire_cq {
+    struct soft_wire *w;
+    int fd;                     /* epoll over the sockets, the wire's timer and wake-up */
+};
+
+struct udp_swqe {               /* a posted send and how far it got */
+    uint32_t opcode, send_flags, imm, num_sge;
+    struct ibv_sge sge[SOFT_MAX_SGE];
+    uint64_t total, raddr;
+    uint32_t rkey, remote_qpn, remote_qkey, flags;
+    uint8_t dgid[16], sgid[16];
+    uint8_t inl[SOFT_MAX_INLINE];
+    uint32_t first_psn, npkts;  /* RC/UC: the PSNs it took */
+    bool started, done;
+    uint32_t read_pkts;         /* READ: responses placed */
+    struct soft_result res;
+};
+
+struct udp_rwqe {               /* a posted receive */
+    uint32_t num_sge;
+    struct ibv_sge sge[SOFT_MAX_SGE];
+    uint64_t total;
+    bool done;
+    struct soft_result res;
+};
+
+struct udp_read_job {           /* responder: a READ being answered */
+    uint32_t psn, len, sent;    /* sent: bytes answered so far */
+    uint32_t rkey;              /* checked again for every response */
+    uint64_t va;
+};
+
+struct soft_wire_qp {
+    struct soft_wire *w;
+    struct soft_wire_qp *next;  /* the wire's */
+    struct soft_wire_qp *ep_next; /* the endpoint's, for demultiplexing */
+    void *cookie;
+    uint32_t qpn, qp_type, rq_cap, sq_cap;
+    struct soft_wire_qp_attr a;
+    struct soft_wire_cq *recv_cq, *send_cq;
+    struct udp_swqe *sq;
+    struct udp_rwqe *rq;
+    uint64_t sq_tail, sq_reaped, rq_prod, rq_reaped;
+    bool stopped;
+    uint64_t sq_fail;           /* stopped: sends from here on flush */
+    bool event;                 /* went to ERR here: tell the objects */
+    bool wake;                  /* results for the objects: wake the CQs */
+    struct udp_path path;       /* RC/UC: the connected peer */
+    /* requester */
+    uint64_t tx_wqe, tx_off;    /* next to send: WQE index and byte offset */
+    uint32_t tx_psn;            /* next PSN to send */
+    uint32_t max_psn;           /* one past the highest PSN ever sent (retransmit count) */
+    uint64_t una_wqe;           /* oldest WQE not finished */
+    uint32_t una_psn;           /* oldest PSN not acknowledged */
+    uint64_t rto_ns;            /* retransmit deadline; 0: none armed */
+    int retries, rnr_retries;   /* left */
+    uint64_t rnr_until;         /* paused by an RNR NAK until then */
+    uint32_t since_ackreq;
+    bool read_gap;              /* a READ response went missing: asked again */
+    /* apple-uc credits: what the peer posted (its count), our SENDs */
+    uint32_t peer_posted, sent_msgs;
+    bool credit_flow;
+    uint64_t credit_heard_ns;   /* when the peer's last credit packet came */
+    /* responder */
+    uint32_t epsn, msn;
+    bool nak_sent, ack_due;
+    uint8_t ack_syndrome;
+    uint32_t ack_psn;
+    uint64_t rq_next;           /* the receive the next SEND takes */
+    bool in_msg;                /* a SEND/WRITE message is being received */
+    bool recv_bad;              /* its receive failed: drop the rest */
+    uint64_t recv_off;          /* bytes of the message placed */
+    uint64_t wr_va;             /* RDMA WRITE being received */
+    uint32_t wr_left, wr_total, wr_rkey;
+    struct udp_read_job rj[UDP_READ_JOBS];
+    uint32_t rj_head, rj_tail;
+    uint32_t rq_base;           /* apple-uc: rq_prod when the QP was reset */
+    uint32_t credit_told;       /* our count as we last sent it */
+    uint64_t credit_ns;         /* when */
+    struct soft_wire_stats st;
+};
+
+struct soft_wire {
+    struct soft_wire_cfg cfg;
+    char fabric[96], netdev[32], pcap_path[256];
+    struct udp_ep *ep;
+    struct soft_wire *ep_next;
+    struct soft_wire_qp *qps;
+    struct udp_mr *mrs[SOFT_MAX_MR + 1]; /* by key >> 8 */
+    uint32_t mr_gen;
+    int timer_fd, wake_fd;      /* timerfd for the earliest deadline; eventfd */
+    uint64_t timer_at;
+    uint64_t rate_next_ns;      /* faults' rate cap: when the next packet may leave */
+    struct soft_wire_stats st;  /* of QPs destroyed, and of the wire */
+    uint64_t now;               /* of the current turn */
+};
+
+/* udp_ep.c */
+int udp_ep_attach(struct soft_wire *w, char *why, size_t len);
+void udp_ep_detach(struct soft_wire *w);
+void udp_ep_lock(struct udp_ep *ep);
+void udp_ep_unlock(struct udp_ep *ep);
+/* Read and dispatch what arrived (on any wire of the endpoint); held
+ * packets that are due go out or in. */
+void udp_ep_poll(struct soft_wire *w);
+/* The earliest due time of held packets (0: none). */
+uint64_t udp_ep_next_due(struct udp_ep *ep);
+int udp_ep_fds(struct udp_ep *ep, int *fds, int max);
+int udp_ep_qp_add(struct udp_ep *ep, struct soft_wire_qp *q, uint32_t want, char *why,
+                  size_t len);
+void udp_ep_qp_del(struct udp_ep *ep, struct soft_wire_qp *q);
+uint16_t udp_ep_port(struct udp_ep *ep);
+/* Our address for a source GID the QP names (its first GID of the family
+ * otherwise); false if the endpoint has no socket of that family. */
+bool udp_ep_can(struct udp_ep *ep, const uint8_t gid[16]);
+
+/* udp_pcap.c */
+struct udp_pcap *udp_pcap_open(const char *path, char *why, size_t len);
+void udp_pcap_close(struct udp_pcap *pc);
+/* One packet as it left (tx) or arrived; a comment names tbrt's own. */
+void udp_pcap_packet(struct udp_pcap *pc, const struct udp_path *path, const uint8_t *pkt,
+                     uint32_t len, bool tx);
+
+/* udp_req.c: the requester's side of a QP */
+void udp_req_transmit(struct soft_wire_qp *q);
+void udp_req_timers(struct soft_wire_qp *q);
+uint64_t udp_req_deadline(const struct soft_wire_qp *q);
+/* An ACK/NAK, READ response or credit packet for this QP. */
+void udp_req_recv(struct soft_wire_qp *q, const struct udp_pkt *p);
+void udp_req_reset(struct soft_wire_qp *q);
+
+/* udp_resp.c: the responder's side */
+void udp_resp_recv(struct soft_wire_qp *q, const struct udp_pkt *p, const struct udp_path *from);
+/* ACKs due, READ responses, credits: what the responder has to send. */
+void udp_resp_transmit(struct soft_wire_qp *q);
+uint64_t udp_resp_deadline(const struct soft_wire_qp *q);
+void udp_resp_reset(struct soft_wire_qp *q);
+
+/* udp_wire.c */
+/* Finish a send: its result (status, verr); fail = the QP goes to ERR. */
+void udp_send_finish(struct soft_wire_qp *q, uint64_t index, uint8_t status, uint32_t verr);
+/* Stop the QP (ERR), telling the objects at the next progress. */
+void udp_qp_fail(struct soft_wire_qp *q);
+/* Our MR of this key covering [va, va+len) with access; NULL if none. */
+const struct udp_mr *udp_mr_find(struct soft_wire *w, uint32_t key, uint64_t va, uint64_t len,
+                                 uint32_t access);
+/* Copy len bytes at byte offset off of a scatter/gather list (lkeys of w)
+ * from / to buf: 0, or -1 when an entry is not ours or out of its region. */
+int udp_sge_copy(struct soft_wire *w, const struct ibv_sge *sge, uint32_t n, uint64_t off,
+                 void *buf, uint64_t len, bool to_sge);
+void udp_wake(struct soft_wire *w);
+/* For the auto wire, which gives the key and the QPN shm made. */
+int udp_mr_reg_key(struct soft_wire *w, void *addr, size_t len, uint32_t access, uint32_t *key,
+                   char *why, size_t whylen);
+int udp_qp_create_qpn(struct soft_wire *w, const struct soft_wire_qp_init *init,
+                      struct soft_wire_qp **out, uint32_t *qpn, char *why, size_t len);
+static inline int32_t udp_psn_diff(uint32_t a, uint32_t b)
+{
+    /* a - b in the 24-bit circle */
+    return (int32_t)((a - b) << 8) >> 8;
+}
+static inline uint32_t udp_mtu_bytes(uint8_t mtu) { return 128u << mtu; }
+
+#endif

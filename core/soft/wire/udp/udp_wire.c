@@ -1,0 +1,556 @@
+/* udp_wire.c - the UDP wire as a soft wire (wire.h): opening it on its
+ * endpoint, memory keys, completion queues' wake-ups, queue pairs (their
+ * queues in process memory, posting, their results, ERR and RESET) and the
+ * wire's turn (progress).
+ *
+ * Posted work waits in the wire's own queues and is run by this process:
+ * sends by the requester (udp_req.c) on the wire's turn, receives by the
+ * responder (udp_resp.c) when packets for them arrive. A completion queue's
+ * fd is an epoll set of the endpoint's sockets, the wire's timer (the
+ * earliest retransmit, RNR, credit or fault deadline) and its wake-up
+ * eventfd (another device of this process left results here): readable
+ * whenever the wire has something to do, so a waiter sleeps until then. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "soft/wire/udp/udp.h"
+
+void udp_wake(struct soft_wire *w)
+{
+    uint64_t one = 1;
+    ssize_t r = write(w->wake_fd, &one, sizeof one);
+    (void)r;
+}
+
+/* ---- the wire ------------------------------------------------------------------ */
+
+static void udp_close(struct soft_wire *w)
+{
+    udp_ep_detach(w);
+    for (int i = 0; i <= SOFT_MAX_MR; i++)
+        free(w->mrs[i]);
+    if (w->timer_fd >= 0)
+        close(w->timer_fd);
+    if (w->wake_fd >= 0)
+        close(w->wake_fd);
+    free(w);
+}
+
+static int udp_open(const struct soft_wire_cfg *cfg, struct soft_wire **out, char *why,
+                    size_t len)
+{
+    struct soft_wire *w = calloc(1, sizeof *w);
+    if (!w)
+        return err_set(why, len, ENOMEM, "out of memory");
+    w->cfg = *cfg;
+    str_copy(w->fabric, sizeof w->fabric, cfg->fabric);
+    w->cfg.fabric = w->fabric;
+    str_copy(w->netdev, sizeof w->netdev, cfg->netdev ? cfg->netdev : "");
+    str_copy(w->pcap_path, sizeof w->pcap_path, cfg->pcap ? cfg->pcap : "");
+    if (!w->cfg.udp_port)
+        w->cfg.udp_port = UDP_ROCE_PORT;
+    w->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (w->timer_fd < 0 || w->wake_fd < 0) {
+        int e = errno;
+        udp_close(w);
+        return err_set(why, len, e, "UDP wire: timer / eventfd: %s", strerror(e));
+    }
+    int rc = udp_ep_attach(w, why, len);
+    if (rc) {
+        udp_close(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+static bool udp_reaches(struct soft_wire *w, const uint8_t gid[16], bool local, char *why,
+                        size_t len)
+{
+    (void)local;
+    if (gid[0] == 0xfe && (gid[1] & 0xc0) == 0x80) {
+        err_set(why, len, EHOSTUNREACH, "a link-local GID is no address the UDP wire can "
+                "reach (use the GID of the peer's IPv4 or IPv6 address)");
+        return false;
+    }
+    if (!udp_ep_can(w->ep, gid)) {
+        err_set(why, len, EHOSTUNREACH, "the UDP wire has no %s socket here",
+                udp_gid_v4(gid) ? "IPv4" : "IPv6");
+        return false;
+    }
+    return true;
+}
+
+/* ---- memory ------------------------------------------------------------------------- */
+
+const struct udp_mr *udp_mr_find(struct soft_wire *w, uint32_t key, uint64_t va, uint64_t len,
+                                 uint32_t access)
+{
+    uint32_t idx = key >> 8;
+    if (idx == 0 || idx > SOFT_MAX_MR)
+        return NULL;
+    const struct udp_mr *m = w->mrs[idx];
+    if (!m || m->key != key || (m->access & access) != access)
+        return NULL;
+    if (va < m->addr || len > m->len || va - m->addr > m->len - len)
+        return NULL;
+    return m;
+}
+
+int udp_sge_copy(struct soft_wire *w, const struct ibv_sge *sge, uint32_t n, uint64_t off,
+                 void *buf, uint64_t len, bool to_sge)
+{
+    uint8_t *b = buf;
+    for (uint32_t i = 0; i < n && len; i++) {
+        uint64_t l = sge[i].length;
+        if (off >= l) {
+            off -= l;
+            continue;
+        }
+        uint64_t take = TBRT_MIN(l - off, len);
+        uint64_t addr = sge[i].addr + off;
+        if (!udp_mr_find(w, sge[i].lkey, addr, take, to_sge ? IBV_ACCESS_LOCAL_WRITE : 0))
+            return -1;
+        if (to_sge)
+            memcpy((void *)(uintptr_t)addr, b, take);
+        else
+            memcpy(b, (void *)(uintptr_t)addr, take);
+        b += take;
+        len -= take;
+        off = 0;
+    }
+    return len ? -1 : 0;
+}
+
+/* Register with a key given (the auto wire: shm made it) or a new one. */
+int udp_mr_reg_key(struct soft_wire *w, void *addr, size_t len, uint32_t access, uint32_t *key,
+                   char *why, size_t whylen)
+{
+    udp_ep_lock(w->ep);
+    uint32_t idx = *key ? *key >> 8 : 0;
+    if (!idx)
+        for (idx = 1; idx <= SOFT_MAX_MR && w->mrs[idx]; idx++)
+            ;
+    if (idx == 0 || idx > SOFT_MAX_MR || w->mrs[idx]) {
+        udp_ep_unlock(w->ep);
+        return err_set(why, whylen, ENOMEM, "at most %d memory regions per device", SOFT_MAX_MR);
+    }
+    struct udp_mr *m = calloc(1, sizeof *m);
+    if (!m) {
+        udp_ep_unlock(w->ep);
+        return err_set(why, whylen, ENOMEM, "out of memory");
+    }
+    if (!*key) {
+        w->mr_gen = (w->mr_gen + 1) & 0xff;
+        if (!w->mr_gen)
+            w->mr_gen = 1;
+        *key = idx << 8 | w->mr_gen;
+    }
+    *m = (struct udp_mr){.key = *key, .access = access, .addr = (uint64_t)(uintptr_t)addr,
+                         .len = len};
+    w->mrs[idx] = m;
+    udp_ep_unlock(w->ep);
+    return 0;
+}
+
+static int udp_mr_reg(struct soft_wire *w, void *addr, size_t len, uint64_t iova, uint32_t access,
+                      uint32_t *key, char *why, size_t whylen)
+{
+    /* (merge of verbs2's wire.h: an iova is the udp wire's to implement) */
+    if (iova != (uint64_t)(uintptr_t)addr)
+        return err_set(why, whylen, EOPNOTSUPP, "the udp wire takes no iova other than the "
+                       "address yet");
+    *key = 0;
+    return udp_mr_reg_key(w, addr, len, access, key, why, whylen);
+}
+
+static void udp_mr_dereg(struct soft_wire *w, uint32_t key)
+{
+    uint32_t idx = key >> 8;
+    if (idx == 0 || idx > SOFT_MAX_MR)
+        return;
+    udp_ep_lock(w->ep);
+    if (w->mrs[idx] && w->mrs[idx]->key == key) {
+        free(w->mrs[idx]);
+        w->mrs[idx] = NULL;
+    }
+    udp_ep_unlock(w->ep);
+}
+
+/* ---- completion queues ---------------------------------------------------------------- */
+
+static int udp_cq_create(struct soft_wire *w, struct soft_wire_cq **out, int *fd, char *why,
+                         size_t len)
+{
+    struct soft_wire_cq *c = calloc(1, sizeof *c);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (!c || ep < 0) {
+        free(c);
+        if (ep >= 0)
+            close(ep);
+        return err_set(why, len, ENOMEM, "completion queue: %s", strerror(errno));
+    }
+    int fds[4], n = udp_ep_fds(w->ep, fds, 2);
+    fds[n++] = w->timer_fd;
+    fds[n++] = w->wake_fd;
+    for (int i = 0; i < n; i++) {
+        struct epoll_event e = {.events = EPOLLIN, .data.fd = fds[i]};
+        epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &e);
+    }
+    c->w = w;
+    c->fd = ep;
+    *fd = ep;
+    *out = c;
+    return 0;
+}
+
+static void udp_cq_destroy(struct soft_wire_cq *c)
+{
+    close(c->fd);
+    free(c);
+}
+
+static void udp_cq_arm(struct soft_wire_cq *c) { (void)c; }
+
+static int udp_cq_ack(struct soft_wire_cq *c)
+{
+    uint64_t v;
+    ssize_t r = read(c->w->wake_fd, &v, sizeof v);
+    (void)r;
+    return 1;
+}
+
+/* ---- queue pairs ---------------------------------------------------------------------- */
+
+int udp_qp_create_qpn(struct soft_wire *w, const struct soft_wire_qp_init *init,
+                      struct soft_wire_qp **out, uint32_t *qpn, char *why, size_t len)
+{
+    if (init->rq_cap < 1 || init->rq_cap > SOFT_MAX_QP_WR || init->sq_cap < 1 ||
+        init->sq_cap > SOFT_MAX_QP_WR)
+        return err_set(why, len, EINVAL, "queue sizes %u / %u out of 1..%d", init->rq_cap,
+                       init->sq_cap, SOFT_MAX_QP_WR);
+    struct soft_wire_qp *q = calloc(1, sizeof *q);
+    if (q) {
+        q->sq = calloc(init->sq_cap, sizeof *q->sq);
+        q->rq = calloc(init->rq_cap, sizeof *q->rq);
+    }
+    if (!q || !q->sq || !q->rq) {
+        if (q) {
+            free(q->sq);
+            free(q->rq);
+        }
+        free(q);
+        return err_set(why, len, ENOMEM, "out of memory");
+    }
+    udp_ep_lock(w->ep);
+    int rc = udp_ep_qp_add(w->ep, q, *qpn, why, len);
+    if (rc) {
+        udp_ep_unlock(w->ep);
+        free(q->sq);
+        free(q->rq);
+        free(q);
+        return rc;
+    }
+    q->w = w;
+    q->cookie = init->cookie;
+    q->qp_type = init->qp_type;
+    q->rq_cap = init->rq_cap;
+    q->sq_cap = init->sq_cap;
+    q->recv_cq = init->recv_cq;
+    q->send_cq = init->send_cq;
+    q->a.state = IBV_QPS_RESET;
+    q->credit_flow = w->cfg.credit_flow && init->qp_type != IBV_QPT_UD;
+    udp_req_reset(q);
+    udp_resp_reset(q);
+    q->next = w->qps;
+    w->qps = q;
+    udp_ep_unlock(w->ep);
+    *qpn = q->qpn;
+    *out = q;
+    return 0;
+}
+
+static int udp_qp_create(struct soft_wire *w, const struct soft_wire_qp_init *init,
+                         struct soft_wire_qp **out, uint32_t *qpn, char *why, size_t len)
+{
+    *qpn = 0;
+    return udp_qp_create_qpn(w, init, out, qpn, why, len);
+}
+
+static void stats_add(struct soft_wire_stats *to, const struct soft_wire_stats *from)
+{
+    uint64_t *t = (uint64_t *)to;
+    const uint64_t *f = (const uint64_t *)from;
+    for (size_t i = 0; i < sizeof *to / sizeof(uint64_t); i++)
+        t[i] += f[i];
+}
+
+static void udp_qp_destroy(struct soft_wire_qp *q)
+{
+    struct soft_wire *w = q->w;
+    udp_ep_lock(w->ep);
+    udp_ep_qp_del(w->ep, q);
+    for (struct soft_wire_qp **pp = &w->qps; *pp; pp = &(*pp)->next)
+        if (*pp == q) {
+            *pp = q->next;
+            break;
+        }
+    stats_add(&w->st, &q->st);
+    udp_ep_unlock(w->ep);
+    free(q->sq);
+    free(q->rq);
+    free(q);
+}
+
+void udp_qp_fail(struct soft_wire_qp *q)
+{
+    if (q->stopped)
+        return;
+    q->stopped = true;
+    q->event = true;
+    q->wake = true;
+}
+
+void udp_send_finish(struct soft_wire_qp *q, uint64_t index, uint8_t status, uint32_t verr)
+{
+    struct udp_swqe *w = &q->sq[index % q->sq_cap];
+    w->res = (struct soft_result){.stamp = soft_stamp(), .status = status, .vendor_err = verr};
+    w->done = true;
+    q->wake = true;
+    if (status != IBV_WC_SUCCESS)
+        udp_qp_fail(q);
+}
+
+static void udp_qp_modify(struct soft_wire_qp *q, const struct soft_wire_qp_attr *a)
+{
+    struct soft_wire *w = q->w;
+    udp_ep_lock(w->ep);
+    uint32_t old = q->a.state;
+    q->a = *a;
+    uint16_t port = udp_ep_port(w->ep);
+    memcpy(q->path.sgid, a->sgid, 16);
+    memcpy(q->path.dgid, a->dgid, 16);
+    q->path.sport = port;
+    q->path.dport = port;
+    if (a->state == IBV_QPS_ERR) {
+        q->stopped = true;
+    } else if (a->state == IBV_QPS_RESET) {
+        q->sq_reaped = q->sq_tail;
+        q->rq_reaped = q->rq_prod;
+        q->stopped = q->event = false;
+        udp_req_reset(q);
+        udp_resp_reset(q);
+    } else if (a->state == IBV_QPS_RTR && old == IBV_QPS_INIT) {
+        q->epsn = a->rq_psn & UDP_PSN_MASK;
+        q->nak_sent = q->in_msg = false;
+    } else if (a->state == IBV_QPS_RTS && old == IBV_QPS_RTR) {
+        udp_req_reset(q);
+    }
+    udp_ep_unlock(w->ep);
+}
+
+static void udp_post_recv(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_recv *r)
+{
+    udp_ep_lock(q->w->ep);
+    struct udp_rwqe *e = &q->rq[index % q->rq_cap];
+    e->num_sge = r->num_sge;
+    e->total = r->total;
+    memcpy(e->sge, r->sge, (size_t)r->num_sge * sizeof e->sge[0]);
+    e->done = false;
+    q->rq_prod = index + 1;
+    udp_ep_unlock(q->w->ep);
+}
+
+static void udp_post_send(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_send *s)
+{
+    udp_ep_lock(q->w->ep);
+    struct udp_swqe *w = &q->sq[index % q->sq_cap];
+    memset(w, 0, offsetof(struct udp_swqe, inl));
+    w->opcode = s->opcode;
+    w->send_flags = s->send_flags;
+    w->imm = s->imm_data;
+    w->num_sge = s->num_sge;
+    memcpy(w->sge, s->sge, (size_t)s->num_sge * sizeof w->sge[0]);
+    w->total = s->total;
+    w->raddr = s->remote_addr;
+    w->rkey = s->rkey;
+    w->remote_qpn = s->remote_qpn;
+    w->remote_qkey = s->remote_qkey;
+    w->flags = s->flags;
+    memcpy(w->dgid, s->dgid, 16);
+    memcpy(w->sgid, s->sgid, 16);
+    memset(&w->started, 0, sizeof *w - offsetof(struct udp_swqe, started));
+    if (s->send_flags & IBV_SEND_INLINE) {
+        uint64_t off = 0;
+        for (uint32_t i = 0; i < s->num_sge; i++) {
+            memcpy(w->inl + off, (void *)(uintptr_t)s->sge[i].addr, s->sge[i].length);
+            off += s->sge[i].length;
+        }
+    }
+    q->sq_tail = index + 1;
+    udp_ep_unlock(q->w->ep);
+}
+
+/* ---- results ------------------------------------------------------------------------- */
+
+static void flushed(struct soft_result *r, uint8_t opcode)
+{
+    *r = (struct soft_result){.stamp = soft_stamp(), .status = IBV_WC_WR_FLUSH_ERR,
+                              .opcode = opcode, .vendor_err = SOFT_VERR_FLUSH};
+}
+
+static int udp_recv_done(struct soft_wire_qp *q, uint64_t index, struct soft_result *r)
+{
+    udp_ep_lock(q->w->ep);
+    struct udp_rwqe *e = &q->rq[index % q->rq_cap];
+    int got = 0;
+    if (index < q->rq_prod && e->done) {
+        *r = e->res;
+        e->done = false;
+        got = 1;
+    } else if (q->stopped) {
+        flushed(r, IBV_WC_RECV);
+        got = 1;
+    }
+    if (got) {
+        q->rq_reaped = index + 1;
+        if (q->rq_next < q->rq_reaped)
+            q->rq_next = q->rq_reaped;   /* flushed: never taken now */
+    }
+    udp_ep_unlock(q->w->ep);
+    return got;
+}
+
+static int udp_send_done(struct soft_wire_qp *q, uint64_t index, struct soft_result *r)
+{
+    udp_ep_lock(q->w->ep);
+    struct udp_swqe *w = &q->sq[index % q->sq_cap];
+    int got = 0;
+    if (index < q->sq_tail && w->done) {
+        *r = w->res;
+        w->done = false;
+        got = 1;
+    } else if (q->stopped) {
+        flushed(r, 0);
+        got = 1;
+    }
+    if (got) {
+        q->sq_reaped = index + 1;
+        if (q->stopped) {
+            /* nothing more runs: the requester must not come back to it */
+            if (q->tx_wqe < q->sq_reaped)
+                q->tx_wqe = q->sq_reaped;
+            if (q->una_wqe < q->sq_reaped)
+                q->una_wqe = q->sq_reaped;
+        }
+    }
+    udp_ep_unlock(q->w->ep);
+    return got;
+}
+
+/* ---- the wire's turn ------------------------------------------------------------------- */
+
+static void set_timer(struct soft_wire *w, uint64_t at)
+{
+    if (at == w->timer_at)
+        return;
+    w->timer_at = at;
+    struct itimerspec its = {0};
+    if (at) {
+        its.it_value.tv_sec = (time_t)(at / 1000000000ull);
+        its.it_value.tv_nsec = (long)(at % 1000000000ull);
+    }
+    timerfd_settime(w->timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+static int udp_progress(struct soft_wire *w, struct soft_wire_event *ev, int max)
+{
+    udp_ep_lock(w->ep);
+    w->now = now_ns();
+    uint64_t v;
+    if (w->timer_at && w->now >= w->timer_at) {
+        ssize_t r = read(w->timer_fd, &v, sizeof v);
+        (void)r;
+        w->timer_at = 0;
+    }
+    udp_ep_poll(w);
+    uint64_t next = udp_ep_next_due(w->ep);
+    bool again = false;
+    for (struct soft_wire_qp *q = w->qps; q; q = q->next) {
+        if (q->a.state != IBV_QPS_RTS && q->a.state != IBV_QPS_RTR)
+            continue;
+        udp_req_timers(q);
+        udp_req_transmit(q);
+        udp_resp_transmit(q);
+        uint64_t d = udp_req_deadline(q), e = udp_resp_deadline(q);
+        if (e == 1 || (q->tx_wqe < q->sq_tail && !q->stopped && !q->rnr_until &&
+                       (q->qp_type != IBV_QPT_RC ||
+                        udp_psn_diff(q->tx_psn, q->una_psn) < UDP_WINDOW) &&
+                       !(q->credit_flow && udp_psn_diff(q->sent_msgs, q->peer_posted) >= 0))) {
+            again = true;       /* more to send than one turn sends */
+            e = 0;
+        }
+        if (d && (!next || d < next))
+            next = d;
+        if (e && (!next || e < next))
+            next = e;
+    }
+    udp_ep_flush(w->ep);
+    int n = 0;
+    for (struct soft_wire_qp *q = w->qps; q && n < max; q = q->next) {
+        q->wake = false;
+        if (q->event) {
+            q->event = false;
+            ev[n++] = (struct soft_wire_event){.cookie = q->cookie, .kind = SOFT_WIRE_ERR};
+        }
+    }
+    set_timer(w, next);
+    if (again)
+        udp_wake(w);
+    else if (w->now >= w->timer_at || !w->timer_at) {
+        ssize_t r = read(w->wake_fd, &v, sizeof v);
+        (void)r;
+    }
+    udp_ep_unlock(w->ep);
+    return n;
+}
+
+static void udp_stats(struct soft_wire *w, uint32_t qpn, struct soft_wire_stats *s)
+{
+    udp_ep_lock(w->ep);
+    if (!qpn)
+        stats_add(s, &w->st);
+    for (struct soft_wire_qp *q = w->qps; q; q = q->next)
+        if (!qpn || q->qpn == qpn)
+            stats_add(s, &q->st);
+    udp_ep_unlock(w->ep);
+}
+
+const struct soft_wire_ops soft_wire_udp = {
+    .name = "udp",
+    .open = udp_open,
+    .close = udp_close,
+    .reaches = udp_reaches,
+    .mr_reg = udp_mr_reg,
+    .mr_dereg = udp_mr_dereg,
+    .cq_create = udp_cq_create,
+    .cq_destroy = udp_cq_destroy,
+    .cq_arm = udp_cq_arm,
+    .cq_ack = udp_cq_ack,
+    .qp_create = udp_qp_create,
+    .qp_destroy = udp_qp_destroy,
+    .qp_modify = udp_qp_modify,
+    .post_recv = udp_post_recv,
+    .post_send = udp_post_send,
+    .progress = udp_progress,
+    .recv_done = udp_recv_done,
+    .send_done = udp_send_done,
+    .stats = udp_stats,
+};
