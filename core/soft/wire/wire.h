@@ -39,7 +39,8 @@
  *   - making memory reachable (shm: memfd backings peers map; udp: nothing
  *     beyond its own key table) and the keys of its memory;
  *   - wake-ups: a CQ's fd, armed through the wire, readable when the wire
- *     left a result for one of the CQ's queues;
+ *     left a result for one of the CQ's queues, or when the objects made a
+ *     completion themselves (cq_wake);
  *   - its own checks of whatever reaches it from outside the process (a
  *     peer's shared memory, a packet): a bad value fails that send (a
  *     result saying so) or breaks the queue pair (an event), with a
@@ -283,6 +284,12 @@ struct soft_wire_ops {
     void (*cq_destroy)(struct soft_wire_cq *c);
     void (*cq_arm)(struct soft_wire_cq *c);
     int (*cq_ack)(struct soft_wire_cq *c);
+    /* The objects made completions of this CQ themselves, not from a
+     * result the wire left (the flushes of a QP moved to ERR, a work
+     * request posted to a QP in ERR): make the fd readable if the CQ is
+     * armed, and disarm it, exactly as the wire does when it leaves a
+     * result. Called by the owner, in its own thread. */
+    void (*cq_wake)(struct soft_wire_cq *c);
 
     /* Queue pairs; the QPN in *qpn. */
     int (*qp_create)(struct soft_wire *w, const struct soft_wire_qp_init *init,
