@@ -121,6 +121,14 @@ struct soft_wr {
     uint8_t signaled;
 };
 
+/* A posted receive's record: the work request and its scatter list, where
+ * the bytes of a scatter-to-CQE result go (soft_reap.c). */
+struct soft_rwr {
+    struct soft_wr wr;
+    uint32_t num_sge;
+    struct ibv_sge sge[SOFT_MAX_SGE];
+};
+
 struct soft_qp {
     tbrt_qp qp;
     struct soft_dev *sd;
@@ -134,7 +142,8 @@ struct soft_qp {
     bool sq_sig_all;
     /* queues: the records by slot and the indices */
     uint32_t rq_cap, sq_cap;
-    struct soft_wr *rq_wr, *sq_wr;
+    struct soft_rwr *rq_wr;
+    struct soft_wr *sq_wr;
     uint64_t rq_prod, rq_done;  /* posted; made into completions */
     uint64_t sq_tail, sq_done;
     uint32_t rq_frames, sq_frames; /* outstanding (apple depth accounting) */
