@@ -324,22 +324,16 @@ static void shm_post_recv(struct soft_wire_qp *q, uint64_t index, const struct s
 static void shm_post_send(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_send *s)
 {
     struct shm_swr *w = &q->self.sq[index % q->sq_cap];
-    memset(w, 0, offsetof(struct shm_swr, inl));
     w->opcode = s->opcode;
     w->send_flags = s->send_flags;
     w->imm_data = s->imm_data;
     w->num_sge = s->num_sge;
-    memcpy(w->sge, s->sge, (size_t)s->num_sge * sizeof w->sge[0]);
     w->total = s->total;
     w->remote_addr = s->remote_addr;
     w->rkey = s->rkey;
-    w->remote_qpn = s->remote_qpn;
-    w->remote_qkey = s->remote_qkey;
     w->flags = s->flags;
-    if (q->qp_type == IBV_QPT_UD) {
-        memcpy(w->dgid, s->dgid, 16);
-        memcpy(w->sgid, s->sgid, 16);
-    }
+    w->rnr_count = 0;
+    w->first_try_ns = w->next_try_ns = 0;
     if (s->send_flags & IBV_SEND_INLINE) {
         /* the data goes now: the caller may reuse its buffer on return */
         uint64_t off = 0;
@@ -347,6 +341,14 @@ static void shm_post_send(struct soft_wire_qp *q, uint64_t index, const struct s
             memcpy(w->inl + off, (void *)(uintptr_t)s->sge[i].addr, s->sge[i].length);
             off += s->sge[i].length;
         }
+    } else {
+        memcpy(w->sge, s->sge, (size_t)s->num_sge * sizeof w->sge[0]);
+    }
+    if (q->qp_type == IBV_QPT_UD) {
+        w->remote_qpn = s->remote_qpn;
+        w->remote_qkey = s->remote_qkey;
+        memcpy(w->dgid, s->dgid, 16);
+        memcpy(w->sgid, s->sgid, 16);
     }
     q->sq_tail = index + 1;
     atomic_store_explicit(&q->sh->sq_tail, q->sq_tail, memory_order_release);
@@ -409,7 +411,15 @@ static int shm_recv_done(struct soft_wire_qp *q, uint64_t c, struct soft_result 
     if (writing && q->stopped && writing_ends(e, c))
         seq = atomic_load_explicit(&e->seq, memory_order_acquire);
     if (seq == ((c + 1) | SHM_RQE_DONE)) {
-        memcpy(r, &e->res, sizeof *r);
+        struct shm_cqe x;       /* the one copy of what the executor wrote */
+        memcpy(&x, &e->res, sizeof x);
+        *r = (struct soft_result){.stamp = x.stamp, .byte_len = x.byte_len, .imm = x.imm,
+                                  .src_qp = x.src_qp, .status = x.status, .opcode = x.opcode,
+                                  .wc_flags = x.wc_flags, .data_len = x.data_len,
+                                  .vendor_err = x.status ? x.vendor_err : 0};
+        /* a data_len beyond the line is a bad value the objects refuse */
+        if (x.data_len)
+            memcpy(r->data, x.data, SHM_CQE_DATA);
         return 1;
     }
     if (q->stopped) {
@@ -450,7 +460,9 @@ static int shm_send_done(struct soft_wire_qp *q, uint64_t h, struct soft_result 
     }
     if (head == h)
         return 0;
-    memcpy(r, &q->self.sq[h % q->sq_cap].res, sizeof *r);
+    struct shm_sres x;
+    memcpy(&x, &q->self.sq[h % q->sq_cap].res, sizeof x);
+    *r = (struct soft_result){.stamp = x.stamp, .status = x.status, .vendor_err = x.vendor_err};
     q->sq_reaped = h + 1;
     return 1;
 }
@@ -521,6 +533,7 @@ const struct soft_wire_ops soft_wire_shm = {
     .reaches = shm_reaches,
     .mr_reg = shm_mr_reg,
     .mr_dereg = shm_mr_dereg,
+    .mr_local = shm_local_mem,
     .cq_create = shm_cq_create,
     .cq_destroy = shm_cq_destroy,
     .cq_arm = shm_cq_arm,
