@@ -5,7 +5,8 @@
 --
 --   local N = require("netns")
 --   local why = N.skip()              -- nil, or why namespaces cannot be made here
---   local net = N.make{ hosts = 2, cables = { { 1, 2 } } }   -- finally() removes it
+--   local net = N.make{ hosts = 2, cables = { { 1, 2 } } }
+--   finally(net.close)                -- (busted's finally is the spec's, not a module's)
 --   net.hosts[1].name, net.cables[1].addr[1], net.cables[1].dev[2]
 --   N.run_in(net.hosts[1], { H.tbrt, "script.lua" }, opts)   -- H.run inside it
 --   N.sh("ip -n " .. host.name .. " link set " .. dev .. " down")
@@ -52,8 +53,8 @@ function N.make(o)
   local net = { hosts = {}, cables = {} }
   local function cleanup()
     for _, h in ipairs(net.hosts) do sh("ip netns del " .. h.name) end
+    net.hosts = {}
   end
-  if type(finally) == "function" then finally(cleanup) end
   net.close = cleanup
   for i = 1, o.hosts or 2 do
     local name = string.format("%s%dh%d", PREFIX, pid, i)
