@@ -117,6 +117,15 @@ local framing = parser:option("--framing",
   "Framing: tbrt (= auto: fixed on Apple devices, variable elsewhere), fixed, variable, " ..
   "llama-apple, llama-linux (llama.cpp's transports, byte for byte).")
   :argname("NAME"):choices({ "tbrt", "auto", "fixed", "variable", "llama-apple", "llama-linux" })
+local wire = parser:option("--wire",
+  "Soft devices: auto (shared memory on this host, else RoCEv2 over UDP), shm or udp " ..
+  "(default: $TBRT_SOFT_WIRE, else auto).")
+  :choices { "auto", "shm", "udp" }
+local faults_opt = parser:option("--faults",
+  "Soft devices: faults on what this end sends, TBRT_FAULTS's syntax " ..
+  "(drop=1%,reorder=1%,duplicate=1%,delay=200us,seed=7).")
+local stats_flag = parser:flag("--stats",
+  "After the run, print the link's counters (wire packets, retransmits, NAKs, drops injected...).")
 local fallback = parser:flag("--fallback",
   "Fall back to TCP when the device cannot be used or the peer offers no RDMA (always with auto).")
 parser:group("Ends", listen, connect, once)
@@ -162,7 +171,7 @@ local LINK_ARGS = {
   { "device", "--device" }, { "personality", "--personality" }, { "ib_port", "--ib-port" },
   { "gid_index", "--gid-index" }, { "nbuf", "--nbuf" }, { "stride", "--stride" },
   { "framing", "--framing" }, { "timeout", "--timeout" }, { "setup_timeout", "--setup-timeout" },
-  { "fallback", "--fallback", flag = true },
+  { "fallback", "--fallback", flag = true }, { "wire", "--wire" }, { "faults", "--faults" },
 }
 
 local function usage_error(msg)
@@ -231,6 +240,7 @@ elseif dev == "soft" and not os.getenv("TBRT_SOFT_PERSONALITY") then
 end
 opts.nbuf, opts.stride, opts.port, opts.gid_index = args.nbuf, args.stride, args.ib_port, args.gid_index
 opts.framing = args.framing
+opts.wire, opts.faults = args.wire, args.faults
 
 ---------------------------------------------------------------------------
 -- Reporting.
@@ -350,6 +360,19 @@ local function measure(host, port)
     end
   end
   perf.done(l)
+  if args.stats then
+    local st = l:stats()
+    if args.json then
+      print(cjson.encode({ stats = st }))
+    else
+      local keys = {}
+      for k in pairs(st) do keys[#keys + 1] = k end
+      table.sort(keys)
+      local parts = {}
+      for _, k in ipairs(keys) do parts[#parts + 1] = k .. "=" .. tostring(st[k]) end
+      print("stats: " .. table.concat(parts, " "))
+    end
+  end
   l:close()
 end
 

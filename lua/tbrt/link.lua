@@ -95,7 +95,7 @@ function M.check_opts(opts, level)
     if not want then
       error(string.format("unknown link option %q (valid: %s)", tostring(k), valid_keys()), level)
     end
-    if type(v) ~= want then
+    if type(v) ~= want and not (k == "faults" and type(v) == "string") then
       error(string.format("link option %s must be a %s, got %s", k, want, type(v)), level)
     end
   end

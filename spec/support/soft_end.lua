@@ -11,6 +11,10 @@
 --   {"op":"read","offset":0,"len":8}                     -> {data} (the receive buffer)
 --   "open" also takes "atomic":true (REMOTE_ATOMIC) and "iova":"N" for the receive MR
 --   {"op":"state"} {"op":"ping"} {"op":"exit"}
+--   {"op":"fill","buf":"send","byte":90}  {"op":"peek","buf":"recv","off":0,"len":8} -> {bytes}
+-- Across namespaces (the UDP wire): open takes "addr" (this end's IPv4
+-- address: its GID is the source) and "wire"; connect takes "peer_addr";
+-- post_send takes "ud_addr" (the UD destination's address).
 -- A failed call replies {err = "ECODE: ..."}; the process lives on, which is
 -- what the specs that scribble on its shared memory check.
 local cjson = require("cjson")
@@ -20,18 +24,26 @@ local verbs = require("tbrt.verbs")
 local LOOPBACK = string.rep("\0", 10) .. "\255\255\127\0\0\1"
 local e = {}
 
-local function loopback_gid(dev, port)
+local function gid_of(addr)
+  if not addr then return LOOPBACK end
+  local a, b, c, d = addr:match("^(%d+)%.(%d+)%.(%d+)%.(%d+)$")
+  return string.rep("\0", 10) .. "\255\255" .. string.char(tonumber(a), tonumber(b), tonumber(c), tonumber(d))
+end
+
+local function gid_index(dev, port, gid)
   local best
   for _, g in ipairs(assert(dev:gids(port))) do
-    if g.gid == LOOPBACK and (not best or g.type == "RoCEv2") then best = g.index end
+    if g.gid == gid and (not best or g.type == "RoCEv2") then best = g.index end
   end
   return best
 end
 
+local function loopback_gid(dev, port) return gid_index(dev, port, LOOPBACK) end
+
 local ops = {}
 
 function ops.open(r)
-  local dev, err = verbs.open(r.device or "soft0", { personality = r.personality })
+  local dev, err = verbs.open(r.device or "soft0", { personality = r.personality, wire = r.wire })
   if not dev then return { err = err } end
   e.dev, e.type = dev, r.type or "RC"
   e.port = r.port or (dev.personality == "apple-uc" and 2 or 1)
@@ -46,7 +58,9 @@ function ops.open(r)
   local access = r.atomic and bit.bor(verbs.ACCESS_ALL, verbs.ACCESS_ATOMIC) or nil
   e.smr = assert(e.pd:reg(e.sbuf, len))
   e.rmr = assert(e.pd:reg(e.rbuf, len, access, r.iova and tonumber(r.iova) or nil))
-  e.sgid = loopback_gid(dev, e.port)
+  e.gid = gid_of(r.addr)
+  e.sgid = gid_index(dev, e.port, e.gid)
+  if not e.sgid then return { err = "no GID for " .. tostring(r.addr) .. " on port " .. e.port } end
   if e.type == "UD" then
     assert(e.qp:modify{ state = "INIT", port = e.port, pkey_index = 0, qkey = 0x11 })
     assert(e.qp:modify{ state = "RTR" })
@@ -54,14 +68,14 @@ function ops.open(r)
     e.ah = assert(dev:ah{ pd = e.pd, port = e.port, dgid = LOOPBACK, sgid_index = e.sgid })
   end
   return { qpn = e.qp.num, pid = ffi.C.getpid(), send_key = e.smr.lkey, recv_key = e.rmr.lkey,
-    recv_addr = tonumber(e.rmr.addr) }
+    recv_addr = string.format("%.0f", tonumber(e.rmr.addr)) }  -- a string: JSON keeps 14 digits
 end
 
 function ops.connect(r)
   local q = e.qp
   local ok, err = q:modify{ state = "INIT", port = e.port, pkey_index = 0, access = verbs.ACCESS_ALL }
   if not ok then return { err = err } end
-  local rtr = { state = "RTR", mtu = 1024, dest_qpn = r.qpn, rq_psn = 0, dgid = LOOPBACK,
+  local rtr = { state = "RTR", mtu = r.mtu or 1024, dest_qpn = r.qpn, rq_psn = 0, dgid = gid_of(r.peer_addr),
     sgid_index = e.sgid, ah_port = e.port }
   local rts = { state = "RTS", sq_psn = 0 }
   if e.type == "RC" then
@@ -84,7 +98,13 @@ end
 function ops.post_send(r)
   local t = { mr = e.smr, len = r.len or 64, wr_id = r.wr_id or 2, inline = r.inline,
     opcode = r.opcode }
-  if r.ud_qpn then t.ah, t.remote_qpn, t.remote_qkey = e.ah, r.ud_qpn, 0x11 end
+  if r.ud_qpn then
+    t.ah, t.remote_qpn, t.remote_qkey = e.ah, r.ud_qpn, 0x11
+    if r.ud_addr then
+      t.ah = assert(e.dev:ah{ pd = e.pd, port = e.port, dgid = gid_of(r.ud_addr), sgid_index = e.sgid })
+    end
+  end
+  t.imm = r.imm
   if r.opcode and r.opcode:match("^RDMA") then t.rkey, t.raddr = r.rkey, tonumber(r.raddr) end
   local ok, err = e.qp:post_send(t)
   return ok and { ok = true } or { err = err }
@@ -120,6 +140,17 @@ function ops.set_port(r)
 end
 
 function ops.state() return { state = e.qp:state() } end
+function ops.fill(r)
+  ffi.fill(r.buf == "recv" and e.rbuf or e.sbuf, r.len or 65536, r.byte or 0)
+  return { ok = true }
+end
+function ops.peek(r)
+  local b = r.buf == "send" and e.sbuf or e.rbuf
+  local t = {}
+  for i = 0, (r.len or 1) - 1 do t[#t + 1] = b[(r.off or 0) + i] end
+  return { bytes = t }
+end
+function ops.stats() return { stats = e.dev:stats() } end
 function ops.ping() return { pong = true } end
 
 ffi.cdef [[ int getpid(void); ]]

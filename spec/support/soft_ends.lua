@@ -23,14 +23,16 @@ E.SCRIBBLE = H.build .. "/test/soft-scribble"
 local End = {}
 End.__index = End
 
--- Start one end (not yet opened).
-function E.spawn(env)
+-- Start one end (not yet opened); ns: inside that network namespace.
+function E.spawn(env, ns)
   local inp, out, err = uv.new_pipe(false), uv.new_pipe(false), uv.new_pipe(false)
   local self = setmetatable({ lines = {}, partial = "", ebufs = {}, open = 3 }, End)
   local envl = {}
   for k, v in pairs(uv.os_environ()) do envl[#envl + 1] = k .. "=" .. v end
   for k, v in pairs(env or {}) do envl[#envl + 1] = k .. "=" .. v end
-  local proc, pid = uv.spawn(H.tbrt, { args = { H.root .. "/spec/support/soft_end.lua" },
+  local file, args = H.tbrt, { H.root .. "/spec/support/soft_end.lua" }
+  if ns then file, args = "/usr/sbin/ip", { "netns", "exec", ns, H.tbrt, args[1] } end
+  local proc, pid = uv.spawn(file, { args = args,
     stdio = { inp, out, err }, env = envl }, function(code, signal)
     self.code, self.signal = code, signal
     self.open = self.open - 1
@@ -91,17 +93,23 @@ end
 
 -- Two ends, opened with o (personality, type, depth) and, unless o.connect
 -- is false, connected to each other.
+-- Across namespaces: o.ns = { nsA, nsB } and o.addr = { addrA, addrB }
+-- (each end's IPv4 address there), o.wire.
 function E.pair(o)
-  local a, b = E.spawn(o.env), E.spawn(o.env)
+  local ns, addr = o.ns or {}, o.addr or {}
+  local a, b = E.spawn(o.env, ns[1]), E.spawn(o.env, ns[2])
+  a.addr, b.addr = addr[1], addr[2]
   for _, x in ipairs { a, b } do
-    local r = x:must{ op = "open", personality = o.personality, type = o.type, depth = o.depth }
+    local r = x:must{ op = "open", personality = o.personality, type = o.type, depth = o.depth,
+      addr = x.addr, wire = o.wire }
     x.qpn, x.qp_pid, x.send_key, x.recv_key = r.qpn, r.pid, r.send_key, r.recv_key
+    x.recv_addr = r.recv_addr
     x.personality = o.personality
   end
   if o.connect ~= false and o.type ~= "UD" then
     for _, p in ipairs { { a, b }, { b, a } } do
       p[1]:must{ op = "connect", qpn = p[2].qpn, timeout = o.timeout, retry_cnt = o.retry_cnt,
-        min_rnr_timer = o.min_rnr_timer }
+        min_rnr_timer = o.min_rnr_timer, rnr_retry = o.rnr_retry, peer_addr = p[2].addr }
     end
   end
   return a, b

@@ -253,7 +253,7 @@ struct soft_wire_cfg {
 struct soft_wire_stats {
     uint64_t pkts_sent, pkts_recv;
     uint64_t bytes_sent, bytes_recv;  /* UDP payload bytes */
-    uint64_t retransmits;             /* packets sent again (timeout, NAK) */
+    uint64_t retransmits;             /* packets sent again for loss (timeout, NAK seq) */
     uint64_t timeouts;                /* retransmit timer expiries */
     uint64_t naks_sent, naks_recv;    /* NAK sequence error / other NAKs */
     uint64_t rnr_naks_sent, rnr_naks_recv;
@@ -265,6 +265,7 @@ struct soft_wire_stats {
     uint64_t acks_sent, acks_recv;
     uint64_t credits_sent, credits_recv; /* apple-uc credit packets (tbrt's own) */
     uint64_t bad_packets;             /* malformed, unknown QP, wrong state */
+    uint64_t rnr_resends;             /* packets sent again after an RNR NAK (not loss) */
 };
 
 /* A queue pair, as created. */

@@ -232,6 +232,7 @@ struct soft_wire_qp {
     void *cookie;
     uint32_t qpn, qp_type, rq_cap, sq_cap;
     struct soft_wire_qp_attr a;
+    uint8_t mtu;                /* the route's limit on a.mtu, from RTR (0: none) */
     struct soft_wire_cq *recv_cq, *send_cq;
     struct udp_swqe *sq;
     struct udp_rwqe *rq;
@@ -250,6 +251,8 @@ struct soft_wire_qp {
     uint64_t rto_ns;            /* retransmit deadline; 0: none armed */
     int retries, rnr_retries;   /* left */
     uint64_t rnr_until;         /* paused by an RNR NAK until then */
+    bool rnr_probe;             /* after an RNR NAK: one packet in flight until an ACK */
+    bool resend_rnr;            /* what is sent again now was RNR NAKed (not lost) */
     uint32_t since_ackreq;
     bool read_gap;              /* a READ response went missing: asked again */
     /* apple-uc credits: what the peer posted (its count), our SENDs */
@@ -298,6 +301,11 @@ void udp_ep_unlock(struct udp_ep *ep);
 /* Read and dispatch what arrived (on any wire of the endpoint); held
  * packets that are due go out or in. */
 void udp_ep_poll(struct soft_wire *w);
+/* An owner took a turn (its thread is polling: the helper need not). */
+void udp_ep_turned(struct udp_ep *ep, uint64_t now);
+/* The helper's turn for a wire (ep locked): the next deadline, 1 when more
+ * is to be sent at once, 0 none (udp_wire.c). */
+uint64_t udp_wire_turn(struct soft_wire *w);
 /* The earliest due time of held packets (0: none). */
 uint64_t udp_ep_next_due(struct udp_ep *ep);
 int udp_ep_fds(struct udp_ep *ep, int *fds, int max);
@@ -344,6 +352,7 @@ const struct udp_mr *udp_mr_find(struct soft_wire *w, uint32_t key, uint64_t va,
 int udp_sge_copy(struct soft_wire *w, const struct ibv_sge *sge, uint32_t n, uint64_t off,
                  void *buf, uint64_t len, bool to_sge);
 void udp_wake(struct soft_wire *w);
+extern int udp_debug;           /* TBRT_UDP_DEBUG: 1 timeouts, 2 QP states every 20 ms */
 /* For the auto wire, which gives the key and the QPN shm made. */
 int udp_mr_reg_key(struct soft_wire *w, void *addr, size_t len, uint32_t access, uint32_t *key,
                    char *why, size_t whylen);

@@ -21,6 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -62,6 +65,11 @@ struct udp_ep {
     struct tx_batch tx[2];      /* IPv4, IPv6 */
     struct udp_held *held;      /* by due time */
     uint32_t nheld;
+    /* the helper thread: the NIC's turn while no owner takes one */
+    pthread_t helper;
+    bool helper_on;
+    int stop_fd;
+    _Atomic uint64_t last_turn;
     /* receiving */
     struct mmsghdr rmsg[BATCH];
     struct iovec riov[BATCH];
@@ -70,10 +78,65 @@ struct udp_ep {
     uint8_t rbuf[BATCH][UDP_PKT_MAX + 64];
 };
 
+/* An owner that took a turn this recently is polling: the helper waits. */
+#define HELPER_QUIET_NS 2000000ull
+#define HELPER_NAP_MS 10
+
 static pthread_mutex_t eps_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct udp_ep *eps;
 
 void udp_ep_lock(struct udp_ep *ep) { pthread_mutex_lock(&ep->lock); }
+void udp_ep_turned(struct udp_ep *ep, uint64_t now)
+{
+    atomic_store_explicit(&ep->last_turn, now, memory_order_relaxed);
+}
+
+/* What a NIC does on its own: answer packets (ACKs, READ responses), send
+ * what was posted, run the retransmit timers, while the owning threads are
+ * busy elsewhere (checking bytes, computing): without it a busy receiver
+ * sends no ACK and its peer retransmits for nothing. It steps aside while
+ * an owner takes turns itself (the fast path stays the owner's). */
+static void *helper_main(void *arg)
+{
+    struct udp_ep *ep = arg;
+    uint64_t next = 0;
+    for (;;) {
+        struct pollfd p[3];
+        int n = 0;
+        p[n++] = (struct pollfd){.fd = ep->stop_fd, .events = POLLIN};
+        p[n++] = (struct pollfd){.fd = ep->fd4, .events = POLLIN};
+        if (ep->fd6 >= 0)
+            p[n++] = (struct pollfd){.fd = ep->fd6, .events = POLLIN};
+        int ms = HELPER_NAP_MS;
+        if (next == 1) {
+            ms = 0;
+        } else if (next) {
+            uint64_t now = now_ns();
+            ms = next <= now ? 0 : (int)TBRT_MIN((next - now) / 1000000ull + 1, HELPER_NAP_MS);
+        }
+        poll(p, (nfds_t)n, ms);
+        if (p[0].revents)
+            return NULL;
+        uint64_t now = now_ns();
+        uint64_t last = atomic_load_explicit(&ep->last_turn, memory_order_relaxed);
+        if (now - last < HELPER_QUIET_NS) {
+            /* an owner is at it: look again when it may have stopped */
+            usleep((useconds_t)((last + HELPER_QUIET_NS - now) / 1000 + 1));
+            continue;
+        }
+        if (pthread_mutex_trylock(&ep->lock) != 0) {
+            usleep(200);
+            continue;
+        }
+        next = 0;
+        for (struct soft_wire *w = ep->wires; w; w = w->ep_next) {
+            uint64_t d = udp_wire_turn(w);
+            if (d && (!next || d < next))
+                next = d;
+        }
+        pthread_mutex_unlock(&ep->lock);
+    }
+}
 void udp_ep_unlock(struct udp_ep *ep) { pthread_mutex_unlock(&ep->lock); }
 uint16_t udp_ep_port(struct udp_ep *ep) { return ep->port; }
 
@@ -153,6 +216,9 @@ static struct udp_ep *ep_new(uint16_t port, const char *netdev, char *why, size_
     ep->tx[0].fd = ep->fd4;
     ep->tx[1].fd = ep->fd6;
     ep->next_qpn = 0x100 + (uint32_t)(now_ns() % 0x8000) * 16;
+    ep->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ep->stop_fd >= 0 && pthread_create(&ep->helper, NULL, helper_main, ep) == 0)
+        ep->helper_on = true;
     for (int i = 0; i < BATCH; i++) {
         ep->riov[i] = (struct iovec){.iov_base = ep->rbuf[i], .iov_len = sizeof ep->rbuf[i]};
     }
@@ -215,6 +281,14 @@ void udp_ep_detach(struct soft_wire *w)
                 *pp = ep->next;
                 break;
             }
+        if (ep->helper_on) {
+            uint64_t one = 1;
+            ssize_t r = write(ep->stop_fd, &one, sizeof one);
+            (void)r;
+            pthread_join(ep->helper, NULL);
+        }
+        if (ep->stop_fd >= 0)
+            close(ep->stop_fd);
         while (ep->held) {
             struct udp_held *h = ep->held;
             ep->held = h->next;
@@ -318,6 +392,8 @@ static void flush_one(struct udp_ep *ep, struct tx_batch *b)
             continue;
         /* a full socket buffer or an unreachable peer: the packet is lost,
          * as on a congested wire; RC retransmits */
+        if (udp_debug)
+            fprintf(stderr, "tbrt udp: sendmmsg: %s (%u of %u sent)\n", strerror(errno), done, b->n);
         done++;
     }
     (void)ep;
@@ -595,7 +671,7 @@ static void dispatch(struct soft_wire *w, uint8_t *buf, uint32_t len, const stru
     struct soft_wire_stats *st = q ? &q->st : &w->st;
     if (udp_icrc(path, buf, UDP_BTH, &body, 1, 0) != got) {
         st->icrc_failures++;
-        if (getenv("TBRT_UDP_DEBUG"))
+        if (udp_debug)
             fprintf(stderr, "icrc fail: op 0x%x len %u dqpn 0x%x sport %u dport %u v4 %d %d.%d.%d.%d -> %d.%d.%d.%d\n", buf[0], len, dqpn, path->sport, path->dport, udp_gid_v4(path->sgid), path->sgid[12], path->sgid[13], path->sgid[14], path->sgid[15], path->dgid[12], path->dgid[13], path->dgid[14], path->dgid[15]);
         return;                 /* as hardware: silently dropped */
     }

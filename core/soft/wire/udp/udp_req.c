@@ -25,6 +25,7 @@
  * while this end has sent fewer SENDs than the peer has posted receives
  * (its TBRT_CREDIT packets say how many). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "soft/wire/udp/udp.h"
@@ -61,6 +62,7 @@ void udp_req_reset(struct soft_wire_qp *q)
     q->retries = q->a.retry_cnt;
     q->rnr_retries = q->a.rnr_retry;
     q->rnr_until = 0;
+    q->rnr_probe = false;
     q->since_ackreq = 0;
     q->read_gap = false;
     q->peer_posted = q->sent_msgs = 0;
@@ -126,9 +128,12 @@ static uint8_t opcode_of(const struct soft_wire_qp *q, const struct udp_swqe *w,
 
 static void count_sent(struct soft_wire_qp *q, uint32_t psn)
 {
-    if (udp_psn_diff(psn, q->max_psn) < 0)
-        q->st.retransmits++;
-    else
+    if (udp_psn_diff(psn, q->max_psn) < 0) {
+        if (q->resend_rnr)
+            q->st.rnr_resends++;
+        else
+            q->st.retransmits++;
+    } else
         q->max_psn = (psn + 1) & UDP_PSN_MASK;
 }
 
@@ -146,6 +151,7 @@ static void send_read(struct soft_wire_qp *q, struct udp_swqe *w, uint32_t mtu)
     /* a request counts once for all the PSNs of its responses */
     if (udp_psn_diff(p.psn, q->max_psn) < 0)
         q->st.retransmits++;
+    q->resend_rnr = false;
     uint32_t end = (w->first_psn + w->npkts) & UDP_PSN_MASK;
     if (udp_psn_diff(end, q->max_psn) > 0)
         q->max_psn = end;
@@ -207,7 +213,7 @@ void udp_req_transmit(struct soft_wire_qp *q)
             q->tx_wqe++;
             continue;
         }
-        if (rc && udp_psn_diff(q->tx_psn, q->una_psn) >= UDP_WINDOW)
+        if (rc && udp_psn_diff(q->tx_psn, q->una_psn) >= (q->rnr_probe ? 1 : UDP_WINDOW))
             break;
         if (!w->started) {
             if (!sges_ours(q, w, is_read(w) ? IBV_ACCESS_LOCAL_WRITE : 0)) {
@@ -270,9 +276,11 @@ void udp_req_transmit(struct soft_wire_qp *q)
     }
 }
 
-/* Send again from PSN psn (a NAK, a timeout, a missing READ response). */
-static void go_back(struct soft_wire_qp *q, uint32_t psn)
+/* Send again from PSN psn (a NAK, a timeout, a missing READ response;
+ * rnr: an RNR NAK, whose re-sends are no loss). */
+static void go_back_for(struct soft_wire_qp *q, uint32_t psn, bool rnr)
 {
+    q->resend_rnr = rnr;
     uint32_t mtu = udp_mtu_bytes(q->a.mtu);
     for (uint64_t i = q->una_wqe; i < q->sq_tail; i++) {
         struct udp_swqe *w = &q->sq[i % q->sq_cap];
@@ -292,9 +300,12 @@ static void go_back(struct soft_wire_qp *q, uint32_t psn)
             q->tx_psn = psn;
         }
         q->since_ackreq = 0;
+        q->rto_ns = 0;          /* armed again by the first packet sent */
         return;
     }
 }
+
+static void go_back(struct soft_wire_qp *q, uint32_t psn) { go_back_for(q, psn, false); }
 
 /* Everything up to PSN psn arrived. */
 static void ack_upto(struct soft_wire_qp *q, uint32_t psn)
@@ -328,6 +339,7 @@ static void ack_upto(struct soft_wire_qp *q, uint32_t psn)
         moved = true;
     }
     if (moved) {
+        q->rnr_probe = false;
         q->retries = q->a.retry_cnt;
         q->rto_ns = q->una_psn != q->tx_psn && q->a.timeout ? q->w->now + rto_ns(q) : 0;
     }
@@ -435,7 +447,10 @@ void udp_req_recv(struct soft_wire_qp *q, const struct udp_pkt *p)
             return;
         }
         q->rnr_until = q->w->now + rnr_us[syn & 31] * 1000ull;
-        go_back(q, psn);
+        go_back_for(q, psn, true);
+        /* one packet asks whether a receive is there now; the window opens
+         * again with the ACK that says so (a slow receiver is not flooded) */
+        q->rnr_probe = true;
         return;
     }
     q->st.naks_recv++;
@@ -453,7 +468,16 @@ void udp_req_timers(struct soft_wire_qp *q)
 {
     if (!q->rto_ns || q->stopped || q->w->now < q->rto_ns)
         return;
+    if (q->una_psn == q->tx_psn) {
+        q->rto_ns = 0;          /* nothing in flight */
+        return;
+    }
     q->st.timeouts++;
+    if (udp_debug)
+        fprintf(stderr, "tbrt udp: QP 0x%x: retransmit timeout: una psn %u wqe %llu, tx psn %u "
+                "wqe %llu, tail %llu, retries %d\n", q->qpn, q->una_psn,
+                (unsigned long long)q->una_wqe, q->tx_psn, (unsigned long long)q->tx_wqe,
+                (unsigned long long)q->sq_tail, q->retries);
     if (q->una_psn == q->tx_psn && q->una_wqe == q->tx_wqe) {
         q->rto_ns = 0;
         return;

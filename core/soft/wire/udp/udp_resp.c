@@ -94,8 +94,12 @@ static void send_pkt(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f
     struct udp_rwqe *r = &q->rq[q->rq_next % q->rq_cap];
     if (!q->recv_bad) {
         if (q->recv_off + p->paylen > r->total) {
-            recv_finish(q, q->rq_next++, IBV_WC_LOC_LEN_ERR, SOFT_VERR_RECV_SHORT, 0,
-                        IBV_WC_RECV, 0, 0, q->a.dest_qpn);
+            /* TN3205's rule first, as the shm wire: more frames than the receive */
+            bool frames = q->w->cfg.frames_must_match &&
+                          soft_frames(q->recv_off + p->paylen) != soft_frames(r->total);
+            recv_finish(q, q->rq_next++, IBV_WC_LOC_LEN_ERR,
+                        frames ? SOFT_VERR_FRAMES : SOFT_VERR_RECV_SHORT, 0, IBV_WC_RECV, 0, 0,
+                        q->a.dest_qpn);
             q->recv_bad = true;
             if (rc)
                 nak_fatal(q, p->psn, UDP_AETH_NAK_INV);

@@ -10,7 +10,9 @@
  * earliest retransmit, RNR, credit or fault deadline) and its wake-up
  * eventfd (another device of this process left results here): readable
  * whenever the wire has something to do, so a waiter sleeps until then. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,8 @@
 #include <unistd.h>
 
 #include "soft/wire/udp/udp.h"
+
+int udp_debug = -1;
 
 void udp_wake(struct soft_wire *w)
 {
@@ -48,6 +52,8 @@ static int udp_open(const struct soft_wire_cfg *cfg, struct soft_wire **out, cha
     struct soft_wire *w = calloc(1, sizeof *w);
     if (!w)
         return err_set(why, len, ENOMEM, "out of memory");
+    if (udp_debug < 0)
+        udp_debug = (int)env_long("TBRT_UDP_DEBUG", 0);
     w->cfg = *cfg;
     str_copy(w->fabric, sizeof w->fabric, cfg->fabric);
     w->cfg.fabric = w->fabric;
@@ -328,12 +334,51 @@ void udp_send_finish(struct soft_wire_qp *q, uint64_t index, uint8_t status, uin
         udp_qp_fail(q);
 }
 
+/* The largest IB MTU whose packets fit the route to the peer unfragmented
+ * (as a RoCE NIC's active MTU follows its interface's: 1500 -> 1024): the
+ * QP's path MTU, lowered if need be. Both ends of a cable compute the
+ * same. */
+static uint8_t route_mtu(const uint8_t dgid[16], uint8_t mtu)
+{
+    bool v4 = udp_gid_v4(dgid);
+    int fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return mtu;
+    struct sockaddr_in6 sa = {0};
+    socklen_t sl;
+    if (v4) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&sa;
+        a->sin_family = AF_INET;
+        a->sin_port = htons(UDP_ROCE_PORT);
+        memcpy(&a->sin_addr, dgid + 12, 4);
+        sl = sizeof *a;
+    } else {
+        sa.sin6_family = AF_INET6;
+        sa.sin6_port = htons(UDP_ROCE_PORT);
+        memcpy(&sa.sin6_addr, dgid, 16);
+        sl = sizeof sa;
+    }
+    int route = 0;
+    socklen_t rl = sizeof route;
+    if (connect(fd, (struct sockaddr *)&sa, sl) == 0)
+        getsockopt(fd, v4 ? IPPROTO_IP : IPPROTO_IPV6, v4 ? IP_MTU : IPV6_MTU, &route, &rl);
+    close(fd);
+    if (route <= 0)
+        return mtu;
+    int room = route - (v4 ? 20 : 40) - 8 - UDP_HDR_MAX - UDP_ICRC;
+    while (mtu > IBV_MTU_256 && (int)udp_mtu_bytes(mtu) > room)
+        mtu--;
+    return mtu;
+}
+
 static void udp_qp_modify(struct soft_wire_qp *q, const struct soft_wire_qp_attr *a)
 {
     struct soft_wire *w = q->w;
     udp_ep_lock(w->ep);
     uint32_t old = q->a.state;
     q->a = *a;
+    if (q->mtu && q->mtu < a->mtu && a->state != IBV_QPS_RESET)
+        q->a.mtu = q->mtu;      /* what the route allows, from RTR on */
     uint16_t port = udp_ep_port(w->ep);
     memcpy(q->path.sgid, a->sgid, 16);
     memcpy(q->path.dgid, a->dgid, 16);
@@ -345,9 +390,14 @@ static void udp_qp_modify(struct soft_wire_qp *q, const struct soft_wire_qp_attr
         q->sq_reaped = q->sq_tail;
         q->rq_reaped = q->rq_prod;
         q->stopped = q->event = false;
+        q->mtu = 0;
         udp_req_reset(q);
         udp_resp_reset(q);
     } else if (a->state == IBV_QPS_RTR && old == IBV_QPS_INIT) {
+        if (q->qp_type != IBV_QPT_UD) {
+            q->mtu = route_mtu(a->dgid, a->mtu);
+            q->a.mtu = q->mtu;
+        }
         q->epsn = a->rq_psn & UDP_PSN_MASK;
         q->nak_sent = q->in_msg = false;
     } else if (a->state == IBV_QPS_RTS && old == IBV_QPS_RTR) {
@@ -470,18 +520,14 @@ static void set_timer(struct soft_wire *w, uint64_t at)
     timerfd_settime(w->timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
-static int udp_progress(struct soft_wire *w, struct soft_wire_event *ev, int max)
+/* One turn of the wire (ep locked): what arrived, timers, what to send.
+ * Returns whether more waits to be sent than a turn sends; *next is the
+ * earliest deadline (0: none). */
+static bool turn(struct soft_wire *w, uint64_t *next)
 {
-    udp_ep_lock(w->ep);
     w->now = now_ns();
-    uint64_t v;
-    if (w->timer_at && w->now >= w->timer_at) {
-        ssize_t r = read(w->timer_fd, &v, sizeof v);
-        (void)r;
-        w->timer_at = 0;
-    }
     udp_ep_poll(w);
-    uint64_t next = udp_ep_next_due(w->ep);
+    *next = udp_ep_next_due(w->ep);
     bool again = false;
     for (struct soft_wire_qp *q = w->qps; q; q = q->next) {
         if (q->a.state != IBV_QPS_RTS && q->a.state != IBV_QPS_RTR)
@@ -492,17 +538,69 @@ static int udp_progress(struct soft_wire *w, struct soft_wire_event *ev, int max
         uint64_t d = udp_req_deadline(q), e = udp_resp_deadline(q);
         if (e == 1 || (q->tx_wqe < q->sq_tail && !q->stopped && !q->rnr_until &&
                        (q->qp_type != IBV_QPT_RC ||
-                        udp_psn_diff(q->tx_psn, q->una_psn) < UDP_WINDOW) &&
+                        udp_psn_diff(q->tx_psn, q->una_psn) < (q->rnr_probe ? 1 : UDP_WINDOW)) &&
                        !(q->credit_flow && udp_psn_diff(q->sent_msgs, q->peer_posted) >= 0))) {
             again = true;       /* more to send than one turn sends */
             e = 0;
         }
-        if (d && (!next || d < next))
-            next = d;
-        if (e && (!next || e < next))
-            next = e;
+        if (d && (!*next || d < *next))
+            *next = d;
+        if (e && (!*next || e < *next))
+            *next = e;
     }
     udp_ep_flush(w->ep);
+    return again;
+}
+
+static void debug_dump(struct soft_wire *w)
+{
+    static uint64_t last, prev;
+    if (prev && w->now - prev > 10000000ull)
+        fprintf(stderr, "tbrt udp %d: no turn for %.1f ms\n", (int)getpid(),
+                (double)(w->now - prev) / 1e6);
+    prev = w->now;
+    if (w->now - last <= 20000000ull)
+        return;
+    last = w->now;
+    for (struct soft_wire_qp *q = w->qps; q; q = q->next)
+        fprintf(stderr, "tbrt udp %d: QP 0x%x st %u epsn %u recv free %llu ack_due %d | "
+                "tx %u una %u rto %lld ms sq %llu/%llu/%llu rx %llu tx %llu\n",
+                (int)getpid(), q->qpn, q->a.state, q->epsn,
+                (unsigned long long)(q->rq_prod - q->rq_next), q->ack_due, q->tx_psn,
+                q->una_psn, q->rto_ns ? (long long)(q->rto_ns - w->now) / 1000000 : -1,
+                (unsigned long long)q->una_wqe, (unsigned long long)q->tx_wqe,
+                (unsigned long long)q->sq_tail, (unsigned long long)q->st.pkts_recv,
+                (unsigned long long)q->st.pkts_sent);
+}
+
+/* The endpoint's helper thread takes a turn for a wire whose owner has
+ * not (udp_ep.c): results wake the owner's CQs. */
+uint64_t udp_wire_turn(struct soft_wire *w)
+{
+    uint64_t next;
+    bool again = turn(w, &next);
+    set_timer(w, next);
+    bool results = again;
+    for (struct soft_wire_qp *q = w->qps; q; q = q->next)
+        results |= q->wake || q->event;
+    if (results)
+        udp_wake(w);
+    return again ? 1 : next;
+}
+
+static int udp_progress(struct soft_wire *w, struct soft_wire_event *ev, int max)
+{
+    udp_ep_lock(w->ep);
+    uint64_t v, next;
+    if (w->timer_at && now_ns() >= w->timer_at) {
+        ssize_t r = read(w->timer_fd, &v, sizeof v);
+        (void)r;
+        w->timer_at = 0;
+    }
+    bool again = turn(w, &next);
+    udp_ep_turned(w->ep, w->now);
+    if (TBRT_UNLIKELY(udp_debug >= 2))
+        debug_dump(w);
     int n = 0;
     for (struct soft_wire_qp *q = w->qps; q && n < max; q = q->next) {
         q->wake = false;
