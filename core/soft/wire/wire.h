@@ -119,6 +119,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "tbrt.h"
 
@@ -191,7 +192,7 @@ struct soft_result {
     uint32_t src_qp;
     uint8_t status;             /* enum ibv_wc_status */
     uint8_t opcode;             /* receives: IBV_WC_RECV or IBV_WC_RECV_RDMA_WITH_IMM */
-    uint16_t wc_flags;          /* IBV_WC_GRH | IBV_WC_WITH_IMM */
+    uint16_t wc_flags;          /* IBV_WC_GRH | IBV_WC_WITH_IMM | SOFT_WC_GRH_IPV4 */
     uint32_t qp_num;            /* SRQ receives: the QP that received it (the objects
                                    check it is one of the SRQ's); otherwise 0 */
     uint8_t data_len;           /* receives: bytes of the message in data[] (scatter-to-CQE) */
@@ -231,6 +232,18 @@ uint64_t soft_stamp_ns(uint64_t stamp);
 #define SOFT_GRH_BYTES 40
 void soft_grh_build(uint8_t grh[SOFT_GRH_BYTES], const uint8_t sgid[16], const uint8_t dgid[16],
                     uint32_t payload_len);
+
+/* In a result's wc_flags: the GRH in front of this UD receive is the IPv4
+ * form. The objects report the RoCE packet type in wc.sl as mlx5 does
+ * (0xa: IPv4 over UDP, 0x9: IPv6 over UDP), which UCX's ud_verbs reads to
+ * know where the destination address sits in the GRH; it never reaches
+ * wc.wc_flags. soft_gid_ipv4 says which form soft_grh_build writes. */
+#define SOFT_WC_GRH_IPV4 0x80
+static inline bool soft_gid_ipv4(const uint8_t g[16])
+{
+    static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    return memcmp(g, prefix, sizeof prefix) == 0;
+}
 
 /* How a device's personality shapes delivery, and what the wire needs to
  * know of the device. */
