@@ -162,6 +162,10 @@ describe("soft linux-rc", function()
     for _, w in ipairs(wcs) do if w.opcode == "RECV" then recv = w end end
     assert.equal(48, recv.byte_len)
     assert.equal(a.num, recv.src_qp)
+    -- the RoCE packet type in sl, as mlx5 reports it (UCX's ud_verbs reads it
+    -- to find the destination address in the GRH): 0xa, IPv4 over UDP
+    assert.equal(0xa, recv.sl)
+    assert.equal(1, recv.wc_flags)             -- IBV_WC_GRH alone
     assert.equal("hello ud", ffi.string(buf + 1024 + 40, 8))
     -- between IPv4 GIDs the GRH holds an IPv4 header in its last 20 bytes,
     -- as RoCE v2 NICs deliver it: zeros, then version 4, UDP, the addresses

@@ -295,6 +295,9 @@ const char *soft_recv_result_bad(const struct soft_result *r, const struct soft_
  * scatter list: 0, or the vendor_err of a key that does not cover it. */
 uint32_t soft_place_data(struct soft_dev *sd, const struct soft_rwr *rw,
                          const struct soft_result *r);
+/* A receive's wc_flags from its result's, and wc.sl the RoCE packet type
+ * of a UD receive with a GRH (SOFT_WC_GRH_IPV4), as mlx5 reports it. */
+void soft_wc_grh(struct ibv_wc *wc, uint16_t result_flags);
 /* A receive completion of q was made: COMM_EST if it came in RTR. */
 void soft_recv_seen(struct soft_qp *q);
 /* The finished work of the queues that feed this CQ, oldest first. */

@@ -65,7 +65,7 @@ const char *soft_recv_result_bad(const struct soft_result *r, const struct soft_
     else if (r->opcode == IBV_WC_RECV && r->byte_len > w->total)
         snprintf(buf, len, "byte_len %u > the %llu bytes posted", r->byte_len,
                  (unsigned long long)w->total);
-    else if (r->wc_flags & ~(IBV_WC_GRH | IBV_WC_WITH_IMM))
+    else if (r->wc_flags & ~(IBV_WC_GRH | IBV_WC_WITH_IMM | SOFT_WC_GRH_IPV4))
         snprintf(buf, len, "wc_flags 0x%x", r->wc_flags);
     else if (r->src_qp > 0xffffff)
         snprintf(buf, len, "src_qp 0x%x", r->src_qp);
@@ -126,7 +126,8 @@ static bool recv_take(struct soft_qp *q)
     const char *bad = soft_recv_result_bad(r, w, buf, sizeof buf);
     struct ibv_wc wc = {.wr_id = w->wr_id, .status = r->status, .opcode = r->opcode,
                         .vendor_err = r->vendor_err, .byte_len = r->byte_len, .imm_data = r->imm,
-                        .qp_num = q->qp.qp_num, .src_qp = r->src_qp, .wc_flags = r->wc_flags};
+                        .qp_num = q->qp.qp_num, .src_qp = r->src_qp};
+    soft_wc_grh(&wc, r->wc_flags);
     if (!bad && r->data_len) {
         uint32_t verr = soft_place_data(q->sd, rw, r);
         if (verr)
@@ -186,6 +187,14 @@ static bool send_take(struct soft_qp *q)
         return false;
     }
     return true;
+}
+
+void soft_wc_grh(struct ibv_wc *wc, uint16_t result_flags)
+{
+    wc->wc_flags = result_flags & (IBV_WC_GRH | IBV_WC_WITH_IMM);
+    /* mlx5's CQE: bit 3 a UDP header, bits 2..0 the L3 type (1 IPv6, 2 IPv4) */
+    if (result_flags & IBV_WC_GRH)
+        wc->sl = (result_flags & SOFT_WC_GRH_IPV4) ? 0xa : 0x9;
 }
 
 /* A receive arriving at a QP in RTR is what establishes it (IB spec

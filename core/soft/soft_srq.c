@@ -232,7 +232,8 @@ bool soft_srq_take(struct soft_srq *s)
     }
     struct ibv_wc wc = {.wr_id = w->wr_id, .status = r->status, .opcode = r->opcode,
                         .vendor_err = r->vendor_err, .byte_len = r->byte_len, .imm_data = r->imm,
-                        .qp_num = q->qp.qp_num, .src_qp = r->src_qp, .wc_flags = r->wc_flags};
+                        .qp_num = q->qp.qp_num, .src_qp = r->src_qp};
+    soft_wc_grh(&wc, r->wc_flags);
     if (r->data_len) {
         uint32_t verr = soft_place_data(s->sd, rw, r);
         if (verr)

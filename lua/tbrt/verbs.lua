@@ -539,6 +539,7 @@ function CQ:poll(n, with_ts)
     out[#out + 1] = { wr_id = tonumber(w.wr_id), status = WC_STATUS[tonumber(w.status)] or tonumber(w.status),
       opcode = WC_OPCODE[tonumber(w.opcode)], byte_len = w.byte_len, qp_num = w.qp_num,
       src_qp = w.src_qp, imm = bit.band(w.wc_flags, C.IBV_WC_WITH_IMM) ~= 0 and w.imm_data or nil,
+      wc_flags = w.wc_flags, sl = w.sl,
       vendor_err = w.vendor_err, ts_ns = with_ts and tonumber(self.ts[i]) or nil,
       why = w.status ~= 0 and ffi.string(C.tbrt_dev_vendor_err(self.dev.d, w.vendor_err)) or nil }
   end

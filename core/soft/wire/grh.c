@@ -7,12 +7,6 @@
 
 #include "soft/wire/wire.h"
 
-static bool ipv4_mapped(const uint8_t g[16])
-{
-    static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    return memcmp(g, prefix, sizeof prefix) == 0;
-}
-
 /* RFC 1071 over an IPv4 header of 20 bytes. */
 static uint16_t ip_checksum(const uint8_t *h)
 {
@@ -30,7 +24,7 @@ void soft_grh_build(uint8_t grh[SOFT_GRH_BYTES], const uint8_t sgid[16], const u
     /* what follows the IP header of a UD packet: UDP, BTH, DETH, the ICRC */
     enum { UDP = 17, HOP_LIMIT = 64, UDP_BTH_ICRC = 8 + 12 + 8 + 4 };
     memset(grh, 0, SOFT_GRH_BYTES);
-    if (ipv4_mapped(sgid) && ipv4_mapped(dgid)) {
+    if (soft_gid_ipv4(sgid) && soft_gid_ipv4(dgid)) {
         uint8_t *ip = grh + 20;
         uint32_t total = 20 + UDP_BTH_ICRC + payload_len;  /* as on the wire */
         ip[0] = 0x45;                   /* version 4, 5 words */

@@ -562,9 +562,11 @@ int shm_deliver_ud(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
         src_rc = scatter(e, w, src, &r, GRH, &verr);
     if (src_rc == 0) {
         bool imm = w->opcode == IBV_WR_SEND_WITH_IMM;
+        bool v4 = soft_gid_ipv4(w->sgid) && soft_gid_ipv4(w->dgid);
         struct soft_result res = {.status = IBV_WC_SUCCESS, .opcode = IBV_WC_RECV,
                                   .byte_len = (uint32_t)(GRH + w->total), .src_qp = q->qpn,
-                                  .wc_flags = IBV_WC_GRH | (imm ? IBV_WC_WITH_IMM : 0),
+                                  .wc_flags = IBV_WC_GRH | (imm ? IBV_WC_WITH_IMM : 0) |
+                                              (v4 ? SOFT_WC_GRH_IPV4 : 0),
                                   .imm = imm ? w->imm_data : 0};
         recv_done(e, c, &res, NULL, 0);
     } else {
