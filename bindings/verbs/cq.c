@@ -99,6 +99,8 @@ static struct vb_cq *cq_new(struct ibv_context *context, int cqe, void *cq_conte
     vb_lock(c);
     int rc = tbrt_cq_create(c->dev, cqe, &q->t);
     int err = rc ? vb_failed(call, rc, c->dev) : 0;
+    if (!err)
+        q->t->user = q;
     vb_unlock(c);
     if (err) {
         free(q);
@@ -146,7 +148,7 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 }
 
 /* What ibv_create_cq_ex may ask for: the standard fields, and the
- * timestamps the binding takes when it polls (cq_ex.c). */
+ * timestamps of when the device made each completion (cq_ex.c). */
 #define VB_CQ_EX_FLAGS                                                                         \
     (IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |                             \
      IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
@@ -225,6 +227,9 @@ int ibv_destroy_cq(struct ibv_cq *cq)
     struct vb_cq *q = vb_cq_of(cq);
     struct vb_ctx *c = vb_ctx_of(cq->context);
     int err = wait_acked(cq);
+    if (!err)
+        err = vb_wait_event_acks(&cq->mutex, &cq->cond, &cq->async_events_completed,
+                                 &q->async_got, "ibv_destroy_cq");
     if (err)
         return err;
     int fd = q->t->fd;

@@ -4,11 +4,10 @@
  * the CQ (vb_cq.cur), the read_* calls answer from it. Between start and
  * end the caller owns the CQ, as libibverbs says, so nothing else is held.
  *
- * Timestamps (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP[_WALLCLOCK]) are taken
- * when the binding takes the completion from the device, in nanoseconds of
- * CLOCK_MONOTONIC (hca_core_clock 1,000,000 kHz in ibv_query_device_ex) and
- * of CLOCK_REALTIME: the soft device does not stamp its completions, so
- * this is the earliest moment the binding can see. */
+ * Timestamps (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP[_WALLCLOCK]) are when
+ * the device made the completion (the work finished: tbrt_cq_poll_ts), in
+ * nanoseconds of CLOCK_MONOTONIC (hca_core_clock 1,000,000 kHz in
+ * ibv_query_device_ex), and the same moment in CLOCK_REALTIME. */
 #include <string.h>
 #include <time.h>
 
@@ -23,17 +22,25 @@ static uint64_t clock_ns(clockid_t id)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+#define VB_TS_FLAGS \
+    (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
+
 static int take(struct vb_cq *q)
 {
-    int n = vb_poll_one(q, &q->cur);
+    uint64_t ts = 0;
+    bool want_ts = q->wc_flags & VB_TS_FLAGS;
+    int n = vb_poll_one(q, &q->cur, want_ts ? &ts : NULL);
     if (n < 0)
         return -n;
     if (n == 0)
         return ENOENT;
     if (q->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)
-        q->cur_ts = clock_ns(CLOCK_MONOTONIC);
-    if (q->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
-        q->cur_wall_ns = clock_ns(CLOCK_REALTIME);
+        q->cur_ts = ts;
+    if (q->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) {
+        /* the same moment on the wall clock: now, less how long ago it was */
+        uint64_t mono = clock_ns(CLOCK_MONOTONIC), wall = clock_ns(CLOCK_REALTIME);
+        q->cur_wall_ns = wall - (mono > ts ? mono - ts : 0);
+    }
     q->ibv.status = q->cur.status;
     q->ibv.wr_id = q->cur.wr_id;
     return 0;

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "verbs_lib.h"
@@ -135,8 +134,8 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
     int rc = open_soft(d, &c->dev);
     if (rc == 0 && (rc = tbrt_dev_query(c->dev, &c->attr)) != 0)
         vb_failed("ibv_open_device", rc, c->dev);
-    if (rc == 0 && (c->async_wake = eventfd(0, EFD_CLOEXEC)) < 0)
-        rc = -errno;
+    if (rc == 0 && (c->events_fd = tbrt_dev_event_fd(c->dev)) < 0)
+        rc = vb_failed("ibv_open_device", c->events_fd, c->dev) ? c->events_fd : -EIO;
     if (rc) {
         if (c->dev)
             tbrt_dev_close(c->dev);
@@ -152,13 +151,14 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
     struct ibv_context *ctx = &c->v.context;
     ctx->device = device;
     ctx->cmd_fd = -1;           /* no kernel: nothing to ioctl */
-    ctx->async_fd = c->async_wake;
+    ctx->async_fd = c->events_fd;     /* the device's: it closes it */
     ctx->num_comp_vectors = 1;
     pthread_mutex_init(&ctx->mutex, NULL);
     ctx->ops.post_send = vb_post_send;
     ctx->ops.post_recv = vb_post_recv;
     ctx->ops.poll_cq = vb_poll_cq;
     ctx->ops.req_notify_cq = vb_req_notify_cq;
+    vb_srq_init_ops(c);
     const char *compat = getenv("TBRT_VERBS_COMPAT_CONTEXT");
     if (!(compat && *compat == '1')) {
         /* an extended context, as every rdma-core provider makes; the
@@ -182,8 +182,7 @@ int ibv_close_device(struct ibv_context *context)
     struct vb_ctx *c = vb_ctx_of(context);
     vb_trace("ibv_close_device");
     /* the device destroys whatever the caller left behind, in order */
-    tbrt_dev_close(c->dev);
-    close(c->async_wake);
+    tbrt_dev_close(c->dev);         /* with its event fd, the async_fd */
     pthread_mutex_destroy(&context->mutex);
     pthread_mutex_destroy(&c->lock);
     free(c);

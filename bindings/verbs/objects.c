@@ -2,11 +2,10 @@
  * from a received completion), multicast, and the fork helpers.
  *
  * Memory: the soft device registers a range by giving its pages a memfd
- * behind the same address, so peers can map it; the key it returns works
- * for addresses of the range itself. So ibv_reg_mr_iova2 works when the
- * iova is the address (what ibv_reg_mr passes) and is refused otherwise:
- * a remote peer would address the region by iova, which the device cannot
- * translate. */
+ * behind the same address, so peers can map it; SGEs and remote addresses
+ * name the region by its iova (the address, for ibv_reg_mr; any other with
+ * ibv_reg_mr_iova2; 0 with IBV_ACCESS_ZERO_BASED), which the device
+ * translates. */
 #include <arpa/inet.h>
 #include <endian.h>
 #include <netinet/in.h>
@@ -116,19 +115,13 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 {
     VB_INJECT_NULL("ibv_reg_mr");
     struct vb_ctx *c = vb_ctx_of(pd->context);
-    if (iova != (uintptr_t)addr) {
-        vb_unsupported("ibv_reg_mr_iova2", "an iova other than the address: the soft device "
-                       "resolves remote addresses as the owner's virtual addresses");
-        return NULL;
-    }
     if (access & IBV_ACCESS_ON_DEMAND) {
         vb_unsupported("ibv_reg_mr", "IBV_ACCESS_ON_DEMAND (the device has no on-demand paging)");
         return NULL;
     }
     if (access & IBV_ACCESS_ZERO_BASED) {
-        vb_unsupported("ibv_reg_mr", "IBV_ACCESS_ZERO_BASED (remote addresses are virtual "
-                       "addresses of the owner)");
-        return NULL;
+        iova = 0;               /* the region's addresses start at 0 */
+        access &= ~(unsigned)IBV_ACCESS_ZERO_BASED;
     }
     /* the optional range (relaxed ordering...) is a hint a device may drop */
     access &= ~(unsigned)IBV_ACCESS_OPTIONAL_RANGE;
@@ -145,7 +138,7 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
     }
     m->dontfork = atomic_load(&fork_protect);
     vb_lock(c);
-    int rc = tbrt_mr_reg(((struct vb_pd *)pd)->t, addr, length, (int)access, &m->t);
+    int rc = tbrt_mr_reg_iova(((struct vb_pd *)pd)->t, addr, length, iova, (int)access, &m->t);
     err = rc ? vb_failed("ibv_reg_mr", rc, c->dev) : 0;
     vb_unlock(c);
     if (err) {
@@ -213,7 +206,9 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, si
     int nacc = flags & IBV_REREG_MR_CHANGE_ACCESS ? access : m->t->access;
     if (!npd || !naddr || !nlen)
         return IBV_REREG_MR_ERR_INPUT;
-    struct ibv_mr *fresh = ibv_reg_mr(npd, naddr, nlen, nacc);
+    /* a new translation is addressed by itself; otherwise the iova stays */
+    uint64_t niova = flags & IBV_REREG_MR_CHANGE_TRANSLATION ? (uintptr_t)naddr : m->t->iova;
+    struct ibv_mr *fresh = ibv_reg_mr_iova2(npd, naddr, nlen, niova, (unsigned)nacc);
     if (!fresh)
         return IBV_REREG_MR_ERR_INPUT;
     struct vb_mr *f = (struct vb_mr *)fresh;

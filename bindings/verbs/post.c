@@ -106,9 +106,21 @@ int vb_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
     return got;
 }
 
-int vb_poll_one(struct vb_cq *q, struct ibv_wc *wc)
+int vb_poll_one(struct vb_cq *q, struct ibv_wc *wc, uint64_t *ts_ns)
 {
-    return vb_poll_cq(ibv_cq_ex_to_cq(&q->ibv), 1, wc);
+    if (!ts_ns)
+        return vb_poll_cq(ibv_cq_ex_to_cq(&q->ibv), 1, wc);
+    int inj = VB_DATA_INJECT("poll_cq");
+    if (inj)
+        return inj < 0 ? inj : -inj;
+    vb_count(VC_POLL_CQ);
+    struct vb_ctx *c = vb_ctx_of(q->ibv.context);
+    vb_lock(c);
+    int got = tbrt_cq_poll_ts(q->t, 1, wc, ts_ns);
+    if (got < 0)
+        vb_failed("ibv_poll_cq", got, c->dev);
+    vb_unlock(c);
+    return got;
 }
 
 /* Every completion is an event here: solicited_only arms for all of them,

@@ -1,6 +1,7 @@
-/* qp.c - queue pairs: creation (basic and extended), the state machine
- * (the device enforces it), ibv_query_qp, destruction; and the shared
- * receive queue and ECE calls, which the device does not have.
+/* qp.c - queue pairs: creation (basic and extended, with or without a
+ * shared receive queue), the state machine (the device enforces it),
+ * ibv_query_qp, destruction (after the caller acked the QP's async events);
+ * and the ECE calls, which the device does not have.
  *
  * ibv_query_qp: the device interface has no query, so the binding keeps
  * every attribute a successful ibv_modify_qp set and answers from them,
@@ -17,8 +18,9 @@ static struct ibv_qp *qp_new(struct ibv_context *context, struct ibv_pd *pd,
                              struct ibv_qp_init_attr *attr, const char *call)
 {
     struct vb_ctx *c = vb_ctx_of(context);
-    if (attr->srq) {
-        vb_unsupported(call, "a shared receive queue: the soft device has no SRQs");
+    if (attr->srq && attr->srq->context != context) {
+        vb_say(call, EINVAL, "the shared receive queue is of another context");
+        errno = EINVAL;
         return NULL;
     }
     if (!attr->send_cq || !attr->recv_cq) {
@@ -36,11 +38,10 @@ static struct ibv_qp *qp_new(struct ibv_context *context, struct ibv_pd *pd,
     tbrt_qp_init init = {.send_cq = vb_cq_of(attr->send_cq)->t,
                          .recv_cq = vb_cq_of(attr->recv_cq)->t,
                          .cap = attr->cap, .qp_type = attr->qp_type,
-                         .sq_sig_all = attr->sq_sig_all};
+                         .sq_sig_all = attr->sq_sig_all,
+                         .srq = attr->srq ? vb_srq_of(attr->srq)->t : NULL};
     if (init.cap.max_send_wr == 0)
         init.cap.max_send_wr = 1;
-    if (init.cap.max_recv_wr == 0)
-        init.cap.max_recv_wr = 1;
     vb_lock(c);
     int rc = tbrt_qp_create(((struct vb_pd *)pd)->t, &init, &q->t);
     int err = rc ? vb_failed(call, rc, c->dev) : 0;
@@ -51,12 +52,14 @@ static struct ibv_qp *qp_new(struct ibv_context *context, struct ibv_pd *pd,
         return NULL;
     }
     attr->cap = init.cap;
+    q->t->user = q;
     struct ibv_qp *qp = &q->ibv.qp_base;
     qp->context = context;
     qp->qp_context = attr->qp_context;
     qp->pd = pd;
     qp->send_cq = attr->send_cq;
     qp->recv_cq = attr->recv_cq;
+    qp->srq = attr->srq;
     qp->qp_num = q->t->qp_num;
     qp->handle = q->t->qp_num;
     qp->state = IBV_QPS_RESET;
@@ -85,7 +88,8 @@ static uint64_t send_ops_of(enum ibv_qp_type t)
     if (t == IBV_QPT_RC || t == IBV_QPT_UC)
         ops |= IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
     if (t == IBV_QPT_RC)
-        ops |= IBV_QP_EX_WITH_RDMA_READ;
+        ops |= IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+               IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
     return ops;
 }
 
@@ -114,8 +118,9 @@ struct ibv_qp *vb_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
     if (ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
         uint64_t can = send_ops_of(ax->qp_type);
         if (ax->send_ops_flags & ~can) {
-            vb_unsupported(call, "send_ops_flags 0x%llx on a %s QP: atomics, memory windows, "
-                           "invalidation and TSO need device support (RDMA READ needs RC)",
+            vb_unsupported(call, "send_ops_flags 0x%llx on a %s QP: memory windows, "
+                           "invalidation, atomic writes and TSO need device support (RDMA READ "
+                           "and atomics need RC)",
                            (unsigned long long)(ax->send_ops_flags & ~can),
                            ax->qp_type == IBV_QPT_RC ? "RC" : ax->qp_type == IBV_QPT_UC ? "UC"
                                                                                         : "UD");
@@ -227,9 +232,13 @@ int ibv_destroy_qp(struct ibv_qp *qp)
     VB_INJECT_INT("ibv_destroy_qp");
     struct vb_qp *q = vb_qp_of(qp);
     struct vb_ctx *c = vb_ctx_of(qp->context);
+    int err = vb_wait_event_acks(&qp->mutex, &qp->cond, &qp->events_completed, &q->events_got,
+                                 "ibv_destroy_qp");
+    if (err)
+        return err;
     vb_lock(c);
     int rc = tbrt_qp_destroy(q->t);
-    int err = rc ? vb_failed("ibv_destroy_qp", rc, c->dev) : 0;
+    err = rc ? vb_failed("ibv_destroy_qp", rc, c->dev) : 0;
     vb_unlock(c);
     if (err)
         return err;
@@ -251,32 +260,6 @@ int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_
 }
 
 /* ---- what the device does not have --------------------------------------------------- */
-
-struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
-{
-    (void)pd, (void)attr;
-    vb_unsupported("ibv_create_srq", "shared receive queues need device support (a receive "
-                   "queue shared by QPs, the SRQ limit event)");
-    return NULL;
-}
-
-int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
-{
-    (void)srq, (void)attr, (void)mask;
-    return vb_unsupported("ibv_modify_srq", "the device has no shared receive queues");
-}
-
-int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
-{
-    (void)srq, (void)attr;
-    return vb_unsupported("ibv_query_srq", "the device has no shared receive queues");
-}
-
-int ibv_destroy_srq(struct ibv_srq *srq)
-{
-    (void)srq;
-    return vb_unsupported("ibv_destroy_srq", "the device has no shared receive queues");
-}
 
 int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
 {

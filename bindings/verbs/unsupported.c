@@ -4,7 +4,7 @@
  * have, each failing as an rdma-core provider without the feature does
  * (NULL with errno EOPNOTSUPP, or EOPNOTSUPP returned) and saying why under
  * TBRT_DEBUG. verbs.h reaches them through the ops and verbs_context tables
- * (ibv_alloc_mw, ibv_bind_mw, ibv_post_srq_recv, ibv_alloc_td,
+ * (ibv_alloc_mw, ibv_bind_mw, ibv_post_srq_ops, ibv_alloc_td,
  * ibv_create_flow, ibv_alloc_dm, ibv_create_wq, ibv_open_xrcd...), which is
  * why they are set rather than left NULL (verbs.h would fail them too, but
  * silently). */
@@ -23,7 +23,7 @@
     }
 
 static const char MW[] = "memory windows need device support (binding keys at run time)";
-static const char SRQ[] = "the device has no shared receive queues";
+static const char SRQ_OPS[] = "tag-matching SRQ operations need device support";
 static const char TD[] = "thread and parent domains: the binding locks each context itself";
 static const char FLOW[] = "steering flows and flow actions belong to raw Ethernet devices";
 static const char DM[] = "the device has no on-device memory";
@@ -34,10 +34,7 @@ static const char XRC[] = "XRC domains need device support";
 NULL_OP(struct ibv_mw, alloc_mw, MW, struct ibv_pd *pd, enum ibv_mw_type type)
 INT_OP(bind_mw, MW, struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
 INT_OP(dealloc_mw, MW, struct ibv_mw *mw)
-INT_OP(post_srq_recv, SRQ, struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
-INT_OP(post_srq_ops, SRQ, struct ibv_srq *srq, struct ibv_ops_wr *op, struct ibv_ops_wr **bad)
-INT_OP(get_srq_num, SRQ, struct ibv_srq *srq, uint32_t *num)
-NULL_OP(struct ibv_srq, create_srq_ex, SRQ, struct ibv_context *c, struct ibv_srq_init_attr_ex *a)
+INT_OP(post_srq_ops, SRQ_OPS, struct ibv_srq *srq, struct ibv_ops_wr *op, struct ibv_ops_wr **bad)
 NULL_OP(struct ibv_td, alloc_td, TD, struct ibv_context *c, struct ibv_td_init_attr *a)
 INT_OP(dealloc_td, TD, struct ibv_td *td)
 NULL_OP(struct ibv_pd, alloc_parent_domain, TD, struct ibv_context *c, struct ibv_parent_domain_init_attr *a)
@@ -79,12 +76,9 @@ void vb_set_unsupported_ops(struct vb_ctx *c)
     o->alloc_mw = alloc_mw;
     o->bind_mw = bind_mw;
     o->dealloc_mw = dealloc_mw;
-    o->post_srq_recv = post_srq_recv;
 
     struct verbs_context *v = &c->v;
     v->post_srq_ops = post_srq_ops;
-    v->get_srq_num = get_srq_num;
-    v->create_srq_ex = create_srq_ex;
     v->alloc_td = alloc_td;
     v->dealloc_td = dealloc_td;
     v->alloc_parent_domain = alloc_parent_domain;

@@ -69,7 +69,7 @@ struct vb_ctx {
     tbrt_dev *dev;
     struct vb_device *vdev;
     struct ibv_device_attr attr; /* queried at open: limits checked here */
-    int async_wake;             /* eventfd: async_fd never fires (see async.c) */
+    int events_fd;              /* the device's event fd: the context's async_fd */
     /* must be last: the ibv_context is the verbs_context's last member */
     struct verbs_context v;
 };
@@ -111,6 +111,7 @@ struct vb_cq {
     uint64_t cur_ts;            /* ex: when the binding took it (CLOCK_MONOTONIC ns) */
     uint64_t cur_wall_ns;       /* ex: the same moment in CLOCK_REALTIME */
     uint32_t events_got;        /* ibv_get_cq_event deliveries (under ibv.mutex) */
+    uint32_t async_got;         /* ibv_get_async_event CQ_ERR deliveries (under ibv.mutex) */
 };
 
 static inline struct vb_cq *vb_cq_of(struct ibv_cq *cq) { return (struct vb_cq *)cq; }
@@ -126,7 +127,7 @@ struct vb_wr_batch {
     unsigned n, cap;
     int err;                    /* first misuse in the batch (EINVAL, ENOMEM...) */
 };
-#define VB_WR_SGE 4
+#define VB_WR_SGE 30            /* the soft device's max_sge */
 
 struct vb_qp {
     struct ibv_qp_ex ibv;       /* an ibv_qp is its prefix */
@@ -139,9 +140,19 @@ struct vb_qp {
     struct ibv_qp_attr attr;
     int attr_mask;
     struct ibv_qp_init_attr init;
+    uint32_t events_got;        /* ibv_get_async_event deliveries (under ibv.qp_base.mutex) */
 };
 
 static inline struct vb_qp *vb_qp_of(struct ibv_qp *qp) { return (struct vb_qp *)qp; }
+
+/* A shared receive queue (srq.c). */
+struct vb_srq {
+    struct ibv_srq ibv;
+    tbrt_srq *t;
+    uint32_t events_got;        /* ibv_get_async_event deliveries (under ibv.mutex) */
+};
+
+static inline struct vb_srq *vb_srq_of(struct ibv_srq *s) { return (struct vb_srq *)s; }
 
 /* ---- diag.c: TBRT_DEBUG, failure injection, the lifecycle trace ------------- */
 
@@ -202,13 +213,21 @@ struct ibv_cq_ex *vb_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr
 void vb_cq_ex_init(struct vb_cq *cq, uint64_t wc_flags);
 /* qp.c */
 struct ibv_qp *vb_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *attr);
+/* srq.c: the context's SRQ entries */
+void vb_srq_init_ops(struct vb_ctx *c);
+/* async.c: wait (bounded) until every async event of an object that
+ * ibv_get_async_event handed out was acked (libibverbs' rule for destroy):
+ * 0, or EBUSY said. */
+int vb_wait_event_acks(pthread_mutex_t *m, pthread_cond_t *cond, const uint32_t *acked,
+                       const uint32_t *got, const char *call);
 /* post.c: the context's data path (ctx->ops) */
 int vb_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int vb_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int vb_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int vb_req_notify_cq(struct ibv_cq *cq, int solicited_only);
-/* Poll one completion with the context locked (cq_ex.c uses it). */
-int vb_poll_one(struct vb_cq *cq, struct ibv_wc *wc);
+/* Poll one completion with the context locked (cq_ex.c uses it); with
+ * ts_ns, also when it was made (CLOCK_MONOTONIC ns). */
+int vb_poll_one(struct vb_cq *cq, struct ibv_wc *wc, uint64_t *ts_ns);
 /* wr.c: the ibv_wr_* table of an extended QP */
 void vb_qp_ex_init(struct vb_qp *qp, uint64_t send_ops);
 void vb_wr_batch_free(struct vb_wr_batch *b);

@@ -125,22 +125,36 @@ static void wr_rdma_read(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr)
     rdma(x, IBV_WR_RDMA_READ, IBV_QP_EX_WITH_RDMA_READ, rkey, addr, 0, "ibv_wr_rdma_read");
 }
 
-/* Refused at creation; if called anyway, the batch fails. */
-static void not_here(struct ibv_qp_ex *x, const char *what)
+static void atomic(struct ibv_qp_ex *x, enum ibv_wr_opcode op, uint64_t need, uint32_t rkey,
+                   uint64_t addr, uint64_t compare_add, uint64_t swap, const char *call)
 {
-    misuse(qp_of(x), EOPNOTSUPP, "%s: the soft device has no atomics, memory windows, "
-           "invalidation or TSO", what);
+    struct ibv_send_wr *w = add(qp_of(x), op, need, call);
+    if (!w)
+        return;
+    w->wr.atomic.rkey = rkey;
+    w->wr.atomic.remote_addr = addr;
+    w->wr.atomic.compare_add = compare_add;
+    w->wr.atomic.swap = swap;
 }
+
 static void wr_atomic_cmp_swp(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, uint64_t cmp,
                               uint64_t swap)
 {
-    (void)rkey, (void)addr, (void)cmp, (void)swap;
-    not_here(x, "ibv_wr_atomic_cmp_swp");
+    atomic(x, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, rkey, addr, cmp, swap,
+           "ibv_wr_atomic_cmp_swp");
 }
+
 static void wr_atomic_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, uint64_t add)
 {
-    (void)rkey, (void)addr, (void)add;
-    not_here(x, "ibv_wr_atomic_fetch_add");
+    atomic(x, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, rkey, addr, add,
+           0, "ibv_wr_atomic_fetch_add");
+}
+
+/* Refused at creation; if called anyway, the batch fails. */
+static void not_here(struct ibv_qp_ex *x, const char *what)
+{
+    misuse(qp_of(x), EOPNOTSUPP, "%s: the soft device has no 8-byte atomic writes, memory "
+           "windows, invalidation or TSO", what);
 }
 static void wr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *wr)
 {
@@ -191,7 +205,8 @@ static void wr_set_sge_list(struct ibv_qp_ex *x, size_t n, const struct ibv_sge 
     if (!w)
         return;
     if (n > VB_WR_SGE) {
-        misuse(q, EINVAL, "%s: more scatter/gather entries than the device's 4", "ibv_wr_set_sge_list");
+        misuse(q, EINVAL, "%s: more scatter/gather entries than the device's max_sge",
+               "ibv_wr_set_sge_list");
         return;
     }
     memcpy(&q->batch.sge[(size_t)(q->batch.n - 1) * VB_WR_SGE], list, n * sizeof *list);
