@@ -3,16 +3,16 @@
 -- ibv_devinfo, the ibv_*_pingpong tools, perftest, and the RDMA CM ones
 -- (rping, ucmatose, rdma_server/rdma_client, perftest -R) on tbrt's
 -- librdmacm, each checked on its own output, server and client as two
--- processes over the soft device's shared-memory wire. What the device cannot do yet (SRQ, atomics) must fail
--- the way a libibverbs device without the feature fails: the program's own
--- error, no crash, and the reason under TBRT_DEBUG. Iteration counts are
--- small: these prove the programs run, `make bench` measures them.
+-- processes over the soft device's shared-memory wire, including what
+-- phase 2 gave the device: shared receive queues (ibv_srq_pingpong,
+-- ib_send_bw --use-srq) and RC atomics (ib_atomic_lat/bw). Iteration counts
+-- are small: these prove the programs run, `make bench` measures them.
 local H = require("helpers")
 local X = require("programs")
 
 local PROGRAMS = { "ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "ibv_uc_pingpong",
   "ibv_ud_pingpong", "ibv_srq_pingpong", "ib_send_bw", "ib_send_lat", "ib_write_bw",
-  "ib_write_lat", "ib_read_bw", "ib_read_lat", "ib_atomic_lat", "rping", "ucmatose",
+  "ib_write_lat", "ib_read_bw", "ib_read_lat", "ib_atomic_lat", "ib_atomic_bw", "rping", "ucmatose",
   "rdma_server", "rdma_client" }
 
 local missing = {}
@@ -92,8 +92,11 @@ describe("Debian's verbs programs on tbrt's libibverbs (tbrt exec)", function()
       contains(o, "fw_ver:\t\t\t\ttbrt-soft 0.1 linux-rc")
       contains(o, "vendor_id:\t\t\t0x0000")          -- never Mellanox's 0x02c9
       contains(o, "vendor_part_id:\t\t\t2")
-      contains(o, "atomic_cap:\t\t\tATOMIC_NONE (0)")
-      contains(o, "max_srq:\t\t\t0")
+      contains(o, "atomic_cap:\t\t\tATOMIC_HCA (1)")
+      contains(o, "max_srq:\t\t\t1024")
+      contains(o, "max_srq_wr:\t\t\t32768")
+      contains(o, "max_srq_sge:\t\t\t30")
+      contains(o, "max_sge:\t\t\t30")
       contains(o, "hca_core_clock:\t\t\t1000000kHZ")  -- the extended query answered
       contains(o, "state:\t\t\tPORT_ACTIVE (4)")
       contains(o, "link_layer:\t\tEthernet")
@@ -156,15 +159,18 @@ describe("Debian's verbs programs on tbrt's libibverbs (tbrt exec)", function()
         "lacks LOCAL_WRITE|REMOTE_READ|REMOTE_WRITE")
     end)
 
-    it("ibv_srq_pingpong fails as on a device without SRQs, saying why under TBRT_DEBUG", function()
-      -- each end fails while it sets up, before any connection
-      for _, argv in ipairs { { "ibv_srq_pingpong", "-g", "3" },
-                              { "ibv_srq_pingpong", "-g", "3", "127.0.0.1" } } do
-        local r = X.exec(argv, { exec = { "--debug" } })
-        assert.equal(1, r.code, H.describe(r))
-        contains(r.stderr, "Couldn't create SRQ")
-        contains(r.stderr, "tbrt verbs: ibv_create_srq: EOPNOTSUPP: not supported: shared " ..
-          "receive queues need device support")
+    it("ibv_srq_pingpong: 16 QPs sharing one receive queue, busy polling and sleeping (-e)", function()
+      for _, extra in ipairs { {}, { "-e" } } do
+        local argv = { "ibv_srq_pingpong", "-g", "3", "-n", "300" }
+        for _, w in ipairs(extra) do argv[#argv + 1] = w end
+        local srv, cli = X.pair(argv)
+        local d = ok_pair(srv, cli)
+        for _, r in ipairs { srv, cli } do
+          assert.matches("300 iters in [%d.]+ seconds = [%d.]+ usec/iter", r.stdout, nil, d)
+          local n = 0
+          for _ in r.stdout:gmatch("local address:") do n = n + 1 end
+          assert.equal(16, n, d)            -- -q 16: one SRQ behind all of them
+        end
       end
     end)
   end)
@@ -216,20 +222,29 @@ describe("Debian's verbs programs on tbrt's libibverbs (tbrt exec)", function()
       contains(srv.stdout, "Connection type : UD")
     end)
 
-    it("ib_atomic_lat fails as on a device without atomics, naming the refused post", function()
-      local srv, cli = X.pair({ "ib_atomic_lat", "-n", "10" }, { exec = { "--debug" } })
-      local d = X.describe(srv, cli)
-      assert.is_false(cli.timed_out, d)
-      assert.is_true(cli.code ~= 0, d)
-      contains(cli.stderr, "Couldn't post send")
-      contains(cli.stderr, "tbrt verbs: ibv_post_send: EINVAL:")
+    it("ib_atomic_lat (FETCH_AND_ADD, CMP_AND_SWAP) and ib_atomic_bw over RC", function()
+      for _, a in ipairs { "FETCH_AND_ADD", "CMP_AND_SWAP" } do
+        local srv, cli = X.pair({ "ib_atomic_lat", "-n", "200", "-A", a })
+        local d = ok_pair(srv, cli)
+        contains(srv.stdout, "Atomic " .. a .. " Latency Test", d)
+        local row = perftest_row(cli.stdout)
+        assert(row, d)
+        assert.equal(8, row[1], d)              -- #bytes: an atomic's 8
+        assert.equal(200, row[2], d)
+        assert.is_true(row[6] > 0, d)
+      end
+      local srv, cli = X.pair({ "ib_atomic_bw", "-n", "200" })
+      local d = ok_pair(srv, cli)
+      local row = perftest_row(cli.stdout)
+      assert(row, d)
+      assert.equal(8, row[1], d)
+      assert.equal(200, row[2], d)
+      assert.is_true(row[4] > 0, d)
     end)
 
-    it("ib_send_bw --use-srq fails as on a device without SRQs", function()
-      local srv, cli = X.pair({ "ib_send_bw", "-n", "10", "--use-srq" }, { exec = { "--debug" } })
-      local d = X.describe(srv, cli)
-      assert.is_true(srv.code ~= 0, d)
-      contains(srv.stderr, "tbrt verbs: ibv_create_srq: EOPNOTSUPP")
+    it("ib_send_bw --use-srq: the receives come from a shared receive queue", function()
+      local srv = bw({ "ib_send_bw", "-n", "200", "--use-srq" }, 65536)
+      contains(srv.stdout, "Using SRQ      : ON")
     end)
   end)
 

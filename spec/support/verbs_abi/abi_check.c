@@ -3,10 +3,10 @@
  * libibverbs through `tbrt exec` by spec/verbs_abi_spec.lua. It drives what
  * Debian's tools do not: the extended CQ and QP APIs on every operation the
  * device has, ibv_query_qp, address handles from a completion, P_Keys,
- * calls from several threads on one context, every unsupported entry, and
- * the IBVERBS_1.0 ABI.
+ * calls from several threads on one context, every unsupported entry, the
+ * IBVERBS_1.0 ABI, and shared receive queues with their async events.
  *
- *   abi_check ex | query | threads | unsupported | compat
+ *   abi_check ex | query | threads | unsupported | compat | srq
  *
  * Each check prints "ok NAME" or "FAIL NAME: why" (so a run shows all of
  * them); the exit status is 0 when none failed. */
@@ -99,6 +99,59 @@ static struct ibv_cq *make_cq(struct ibv_context *ctx, uint64_t ex_flags)
     return x ? ibv_cq_ex_to_cq(x) : NULL;
 }
 
+int qp_to_rts(struct ibv_context *ctx, struct ibv_qp *qp, enum ibv_qp_type type, uint32_t dest_qpn,
+              int gid_index, uint32_t rq_psn, uint32_t sq_psn)
+{
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1};
+    int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+    if (type == IBV_QPT_UD) {
+        a.qkey = 0x11111111;
+        mask |= IBV_QP_QKEY;
+    } else {
+        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+        mask |= IBV_QP_ACCESS_FLAGS;
+    }
+    if (ibv_modify_qp(qp, &a, mask))
+        die("INIT");
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTR;
+    mask = IBV_QP_STATE;
+    if (type != IBV_QPT_UD) {
+        struct ibv_gid_entry e;
+        ibv_query_gid_ex(ctx, 1, (uint32_t)gid_index, &e, 0);
+        a.path_mtu = IBV_MTU_4096;
+        a.dest_qp_num = dest_qpn;
+        a.rq_psn = rq_psn;
+        a.ah_attr.is_global = 1;
+        a.ah_attr.grh.dgid = e.gid;
+        a.ah_attr.grh.sgid_index = (uint8_t)gid_index;
+        a.ah_attr.grh.hop_limit = 64;
+        a.ah_attr.port_num = 1;
+        mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+        if (type == IBV_QPT_RC) {
+            a.max_dest_rd_atomic = 4;
+            a.min_rnr_timer = 1;
+            mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+        }
+    }
+    if (ibv_modify_qp(qp, &a, mask))
+        die("RTR");
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = sq_psn;
+    mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+    if (type == IBV_QPT_RC) {
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.max_rd_atomic = 4;
+        mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    }
+    if (ibv_modify_qp(qp, &a, mask))
+        die("RTS");
+    return 0;
+}
+
 int pair_open(struct pair *p, enum ibv_qp_type type, uint64_t send_ops, uint64_t cq_ex_flags)
 {
     memset(p, 0, sizeof *p);
@@ -133,55 +186,9 @@ int pair_open(struct pair *p, enum ibv_qp_type type, uint64_t send_ops, uint64_t
         if (!p->mr[i])
             die("ibv_reg_mr");
     }
-    for (int i = 0; i < 2; i++) {
-        struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1};
-        int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-        if (type == IBV_QPT_UD) {
-            a.qkey = 0x11111111;
-            mask |= IBV_QP_QKEY;
-        } else {
-            a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-            mask |= IBV_QP_ACCESS_FLAGS;
-        }
-        if (ibv_modify_qp(p->qp[i], &a, mask))
-            die("INIT");
-        memset(&a, 0, sizeof a);
-        a.qp_state = IBV_QPS_RTR;
-        mask = IBV_QP_STATE;
-        if (type != IBV_QPT_UD) {
-            struct ibv_gid_entry e;
-            ibv_query_gid_ex(p->ctx, 1, (uint32_t)p->gid_index, &e, 0);
-            a.path_mtu = IBV_MTU_4096;
-            a.dest_qp_num = p->qp[1 - i]->qp_num;
-            a.rq_psn = 100 + (uint32_t)(1 - i);
-            a.ah_attr.is_global = 1;
-            a.ah_attr.grh.dgid = e.gid;
-            a.ah_attr.grh.sgid_index = (uint8_t)p->gid_index;
-            a.ah_attr.grh.hop_limit = 64;
-            a.ah_attr.port_num = 1;
-            mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-            if (type == IBV_QPT_RC) {
-                a.max_dest_rd_atomic = 4;
-                a.min_rnr_timer = 1;
-                mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-            }
-        }
-        if (ibv_modify_qp(p->qp[i], &a, mask))
-            die("RTR");
-        memset(&a, 0, sizeof a);
-        a.qp_state = IBV_QPS_RTS;
-        a.sq_psn = 100 + (uint32_t)i;
-        mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-        if (type == IBV_QPT_RC) {
-            a.timeout = 14;
-            a.retry_cnt = 7;
-            a.rnr_retry = 7;
-            a.max_rd_atomic = 4;
-            mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-        }
-        if (ibv_modify_qp(p->qp[i], &a, mask))
-            die("RTS");
-    }
+    for (int i = 0; i < 2; i++)
+        qp_to_rts(p->ctx, p->qp[i], type, p->qp[1 - i]->qp_num, p->gid_index,
+                  100 + (uint32_t)(1 - i), 100 + (uint32_t)i);
     return 0;
 }
 
@@ -201,7 +208,7 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
-        fprintf(stderr, "usage: abi_check ex|query|threads|unsupported|compat\n");
+        fprintf(stderr, "usage: abi_check ex|query|threads|unsupported|compat|srq\n");
         return 2;
     }
     const char *m = argv[1];
@@ -215,6 +222,8 @@ int main(int argc, char **argv)
         case_unsupported();
     else if (!strcmp(m, "compat"))
         case_compat();
+    else if (!strcmp(m, "srq"))
+        case_srq();
     else {
         fprintf(stderr, "abi_check: unknown case %s\n", m);
         return 2;

@@ -31,6 +31,9 @@ int loopback_gid(struct ibv_context *ctx);
  * send_ops_flags (0: ibv_create_qp). cq_ex: extended CQs with wc_flags. */
 int pair_open(struct pair *p, enum ibv_qp_type type, uint64_t send_ops, uint64_t cq_ex_flags);
 void pair_close(struct pair *p);
+/* Bring one QP of ctx to RTS facing dest_qpn (loopback GID gid_index). */
+int qp_to_rts(struct ibv_context *ctx, struct ibv_qp *qp, enum ibv_qp_type type, uint32_t dest_qpn,
+              int gid_index, uint32_t rq_psn, uint32_t sq_psn);
 /* Poll cq for one completion within 2 s: 1, or 0 on timeout. */
 int poll_one(struct ibv_cq *cq, struct ibv_wc *wc);
 
@@ -40,5 +43,6 @@ int case_query(void);
 int case_threads(void);
 int case_unsupported(void);
 int case_compat(void);
+int case_srq(void);
 
 #endif

@@ -1,11 +1,13 @@
 /* case_ex.c - the extended verbs: ibv_create_cq_ex with the start_poll /
  * next_poll API and timestamps, ibv_create_qp_ex with the ibv_wr_* API for
  * every operation the device has (SEND, SEND_WITH_IMM with inline data, an
- * RDMA WRITE from two SGEs, RDMA READ, WRITE_WITH_IMM, UD sends), aborting
- * a batch, misuse, and the operations refused at creation. */
+ * RDMA WRITE from two SGEs, RDMA READ, WRITE_WITH_IMM, atomics, UD sends),
+ * completion timestamps of when the work finished, an MR at an iova,
+ * aborting a batch, misuse, and the operations refused at creation. */
 #include <arpa/inet.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "abi_check.h"
 
@@ -169,18 +171,23 @@ static void refusals(void)
     CHECK(plain && ibv_qp_to_qp_ex(plain) == NULL, "ex.plain_qp_no_qp_ex", "qp_ex for a plain QP");
     if (plain)
         ibv_destroy_qp(plain);
-    /* atomics and memory windows are refused when the QP is made */
+    /* memory windows are refused when the QP is made, atomics on UC too */
     struct ibv_qp_init_attr_ex ax = {.send_cq = p.cq[0], .recv_cq = p.cq[0],
                                      .qp_type = IBV_QPT_RC, .cap = {.max_send_wr = 4,
                                                                     .max_recv_wr = 4},
                                      .comp_mask = IBV_QP_INIT_ATTR_PD |
                                                   IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
                                      .pd = p.pd,
-                                     .send_ops_flags = IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD};
+                                     .send_ops_flags = IBV_QP_EX_WITH_BIND_MW};
     errno = 0;
     struct ibv_qp *q = ibv_create_qp_ex(p.ctx, &ax);
-    CHECK(!q && errno == EOPNOTSUPP, "ex.atomics_refused", "qp %p errno %d", (void *)q, errno);
+    CHECK(!q && errno == EOPNOTSUPP, "ex.bind_mw_refused", "qp %p errno %d", (void *)q, errno);
     ax.qp_type = IBV_QPT_UC;
+    ax.send_ops_flags = IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP;
+    errno = 0;
+    q = ibv_create_qp_ex(p.ctx, &ax);
+    CHECK(!q && errno == EOPNOTSUPP, "ex.atomics_on_uc_refused", "qp %p errno %d", (void *)q,
+          errno);
     ax.send_ops_flags = IBV_QP_EX_WITH_RDMA_READ;
     errno = 0;
     q = ibv_create_qp_ex(p.ctx, &ax);
@@ -222,10 +229,76 @@ static void ud_ops(void)
     pair_close(&p);
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* ibv_wr_atomic_fetch_add / cmp_swp into a region with REMOTE_ATOMIC at an
+ * iova other than its address; the timestamps say when they finished,
+ * not when they were polled (50 ms later). */
+static void atomics_iova(void)
+{
+    struct pair p;
+    pair_open(&p, IBV_QPT_RC, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+              IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_RDMA_WRITE, WC_FLAGS);
+    struct ibv_qp_ex *x = ibv_qp_to_qp_ex(p.qp[0]);
+    const uint64_t IOVA = 0x5000000000ull;
+    struct ibv_mr *amr = ibv_reg_mr_iova2(p.pd, p.buf[1] + 32768, 4096, IOVA,
+                                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
+                                              IBV_ACCESS_REMOTE_WRITE);
+    CHECK(amr && amr->addr == p.buf[1] + 32768, "ex.mr_at_iova", "%s", strerror(errno));
+    if (!amr) {
+        pair_close(&p);
+        return;
+    }
+    uint64_t *counter = (uint64_t *)(p.buf[1] + 32768 + 64);
+    *counter = 40;
+    uint64_t *orig = (uint64_t *)(p.buf[0] + 100 * 8);
+    uint32_t lkey = p.mr[0]->lkey;
+    uint64_t before = mono_ns();
+    ibv_wr_start(x);
+    x->wr_id = 21;
+    x->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_atomic_fetch_add(x, amr->rkey, IOVA + 64, 5);
+    ibv_wr_set_sge(x, lkey, (uintptr_t)&orig[0], 8);
+    x->wr_id = 22;
+    ibv_wr_atomic_cmp_swp(x, amr->rkey, IOVA + 64, 45, 7);
+    ibv_wr_set_sge(x, lkey, (uintptr_t)&orig[1], 8);
+    x->wr_id = 23;
+    memcpy(p.buf[0] + 5000, "at iova", 7);
+    ibv_wr_rdma_write(x, amr->rkey, IOVA + 1024);
+    ibv_wr_set_sge(x, lkey, (uintptr_t)p.buf[0] + 5000, 7);
+    int rc = ibv_wr_complete(x);
+    uint64_t after = mono_ns();
+    usleep(50000);
+    struct got s[3];
+    int ns = poll_ex(p.cq[0], s, 3);
+    CHECK(rc == 0 && ns == 3 && s[0].opcode == IBV_WC_FETCH_ADD && s[0].byte_len == 8 &&
+              s[1].opcode == IBV_WC_COMP_SWAP && s[0].status == IBV_WC_SUCCESS &&
+              s[1].status == IBV_WC_SUCCESS && s[2].status == IBV_WC_SUCCESS,
+          "ex.atomic_completions", "rc %d, %d completions, opcodes %d %d", rc, ns,
+          ns > 0 ? s[0].opcode : -1, ns > 1 ? s[1].opcode : -1);
+    CHECK(orig[0] == 40 && orig[1] == 45 && *counter == 7, "ex.atomic_values",
+          "fetch_add saw %llu, cmp_swp saw %llu, counter %llu", (unsigned long long)orig[0],
+          (unsigned long long)orig[1], (unsigned long long)*counter);
+    CHECK(!memcmp(p.buf[1] + 32768 + 1024, "at iova", 7), "ex.rdma_write_iova", "%.7s",
+          (char *)p.buf[1] + 32768 + 1024);
+    CHECK(ns == 3 && s[0].ts + 1000000 >= before && s[2].ts <= after + 1000000,
+          "ex.timestamps_of_the_work", "stamps %llu..%llu, work %llu..%llu (polled 50 ms later)",
+          ns ? (unsigned long long)s[0].ts : 0ull, ns == 3 ? (unsigned long long)s[2].ts : 0ull,
+          (unsigned long long)before, (unsigned long long)after);
+    ibv_dereg_mr(amr);
+    pair_close(&p);
+}
+
 int case_ex(void)
 {
     rc_ops();
     refusals();
+    atomics_iova();
     ud_ops();
     return 0;
 }

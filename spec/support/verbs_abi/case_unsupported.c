@@ -25,11 +25,10 @@ int case_unsupported(void)
 {
     struct pair p;
     pair_open(&p, IBV_QPT_RC, 0, 0);
-    struct ibv_srq_init_attr sa = {.attr = {.max_wr = 8, .max_sge = 1}};
-    NULL_EOPNOTSUPP("ibv_create_srq", ibv_create_srq(p.pd, &sa));
     struct ibv_srq_init_attr_ex sx = {.attr = {.max_wr = 8, .max_sge = 1},
-                                      .comp_mask = IBV_SRQ_INIT_ATTR_PD, .pd = p.pd};
-    NULL_EOPNOTSUPP("ibv_create_srq_ex", ibv_create_srq_ex(p.ctx, &sx));
+                                      .comp_mask = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE,
+                                      .srq_type = IBV_SRQT_XRC, .pd = p.pd};
+    NULL_EOPNOTSUPP("ibv_create_srq_ex(XRC)", ibv_create_srq_ex(p.ctx, &sx));
     NULL_EOPNOTSUPP("ibv_alloc_mw", ibv_alloc_mw(p.pd, IBV_MW_TYPE_1));
     struct ibv_td_init_attr ta = {0};
     NULL_EOPNOTSUPP("ibv_alloc_td", ibv_alloc_td(p.ctx, &ta));
