@@ -46,6 +46,8 @@ struct tbrt_dev_ops {
     int (*create_cq)(tbrt_dev *dev, int cqe, tbrt_cq **out);
     int (*destroy_cq)(tbrt_cq *cq);
     int (*poll_cq)(tbrt_cq *cq, int n, struct ibv_wc *wc);
+    /* Optional: poll with the times the completions were made (ns). */
+    int (*poll_cq_ts)(tbrt_cq *cq, int n, struct ibv_wc *wc, uint64_t *ts_ns);
     int (*req_notify_cq)(tbrt_cq *cq);
     int (*ack_cq_events)(tbrt_cq *cq);
 
@@ -54,6 +56,9 @@ struct tbrt_dev_ops {
     int (*destroy_qp)(tbrt_qp *qp);
 
     int (*reg_mr)(tbrt_pd *pd, void *addr, size_t len, int access, tbrt_mr **out);
+    /* Optional: a region with an iova other than its address. */
+    int (*reg_mr_iova)(tbrt_pd *pd, void *addr, size_t len, uint64_t iova, int access,
+                       tbrt_mr **out);
     int (*dereg_mr)(tbrt_mr *mr);
 
     int (*create_ah)(tbrt_pd *pd, struct ibv_ah_attr *attr, tbrt_ah **out);
@@ -61,6 +66,17 @@ struct tbrt_dev_ops {
 
     int (*post_send)(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
     int (*post_recv)(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+
+    /* Optional: shared receive queues. */
+    int (*create_srq)(tbrt_pd *pd, struct ibv_srq_attr *attr, tbrt_srq **out);
+    int (*modify_srq)(tbrt_srq *srq, struct ibv_srq_attr *attr, int mask);
+    int (*query_srq)(tbrt_srq *srq, struct ibv_srq_attr *attr);
+    int (*destroy_srq)(tbrt_srq *srq);
+    int (*post_srq_recv)(tbrt_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+
+    /* Optional: asynchronous events (tbrt_dev_event_fd / tbrt_dev_event). */
+    int (*event_fd)(tbrt_dev *dev);
+    int (*get_event)(tbrt_dev *dev, tbrt_event *ev);
 
     /* Text for a completion's vendor_err; NULL or "" when none. */
     const char *(*vendor_err)(tbrt_dev *dev, uint32_t code);

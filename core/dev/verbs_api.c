@@ -161,6 +161,20 @@ int tbrt_cq_poll(tbrt_cq *cq, int n, struct ibv_wc *wc)
     return cq->dev->ops->poll_cq(cq, n, wc);
 }
 
+int tbrt_cq_poll_ts(tbrt_cq *cq, int n, struct ibv_wc *wc, uint64_t *ts_ns)
+{
+    NEED(cq && wc && ts_ns, "cq/wc/ts");
+    if (n < 0)
+        return dev_fail(cq->dev, EINVAL, "poll_cq: n %d < 0", n);
+    if (cq->dev->ops->poll_cq_ts)
+        return cq->dev->ops->poll_cq_ts(cq, n, wc, ts_ns);
+    int got = cq->dev->ops->poll_cq(cq, n, wc);
+    uint64_t now = got > 0 ? now_ns() : 0;
+    for (int i = 0; i < got; i++)
+        ts_ns[i] = now;
+    return got;
+}
+
 int tbrt_cq_arm(tbrt_cq *cq)
 {
     NEED(cq, "cq");
@@ -181,6 +195,11 @@ int tbrt_qp_create(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out)
         return dev_fail(pd->dev, EINVAL, "create_qp: send_cq and recv_cq are required");
     if (init->send_cq->dev != pd->dev || init->recv_cq->dev != pd->dev)
         return dev_fail(pd->dev, EINVAL, "create_qp: completion queue of another device");
+    if (init->srq && init->srq->dev != pd->dev)
+        return dev_fail(pd->dev, EINVAL, "create_qp: shared receive queue of another device");
+    if (init->srq && !pd->dev->ops->create_srq)
+        return dev_fail(pd->dev, EOPNOTSUPP, "create_qp: a %s device has no shared receive "
+                        "queues", pd->dev->kind);
     return pd->dev->ops->create_qp(pd, init, out);
 }
 
@@ -203,7 +222,29 @@ int tbrt_mr_reg(tbrt_pd *pd, void *addr, size_t length, int access, tbrt_mr **ou
     if (!addr || !length)
         return dev_fail(pd->dev, EINVAL, "reg_mr: empty region (addr %p, length %zu)", addr,
                         length);
-    return pd->dev->ops->reg_mr(pd, addr, length, access, out);
+    int rc = pd->dev->ops->reg_mr(pd, addr, length, access, out);
+    if (rc == 0)
+        (*out)->iova = (uint64_t)(uintptr_t)addr;
+    return rc;
+}
+
+int tbrt_mr_reg_iova(tbrt_pd *pd, void *addr, size_t length, uint64_t iova, int access,
+                     tbrt_mr **out)
+{
+    NEED(pd && out, "pd/out");
+    *out = NULL;
+    if (!addr || !length)
+        return dev_fail(pd->dev, EINVAL, "reg_mr: empty region (addr %p, length %zu)", addr,
+                        length);
+    if (iova > UINT64_MAX - length)
+        return dev_fail(pd->dev, EINVAL, "reg_mr: iova 0x%llx + %zu bytes wraps around",
+                        (unsigned long long)iova, length);
+    if (pd->dev->ops->reg_mr_iova)
+        return pd->dev->ops->reg_mr_iova(pd, addr, length, iova, access, out);
+    if (iova != (uint64_t)(uintptr_t)addr)
+        return dev_fail(pd->dev, EOPNOTSUPP, "reg_mr: a %s device takes no iova other than "
+                        "the address", pd->dev->kind);
+    return tbrt_mr_reg(pd, addr, length, access, out);
 }
 
 int tbrt_mr_dereg(tbrt_mr *mr)
@@ -244,4 +285,62 @@ int tbrt_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
     NEED(qp && wr, "qp/wr");
     struct ibv_recv_wr *dummy;
     return qp->dev->ops->post_recv(qp, wr, bad ? bad : &dummy);
+}
+
+/* ---- shared receive queues and events: optional operations ---------------------- */
+
+#define OPTIONAL(dev, op, what)                                                \
+    do {                                                                       \
+        if (!(dev)->ops->op)                                                   \
+            return dev_fail(dev, EOPNOTSUPP, "%s: a %s device has none", what, \
+                            (dev)->kind);                                      \
+    } while (0)
+
+int tbrt_srq_create(tbrt_pd *pd, struct ibv_srq_attr *attr, tbrt_srq **out)
+{
+    NEED(pd && attr && out, "pd/attr/out");
+    *out = NULL;
+    OPTIONAL(pd->dev, create_srq, "create_srq: shared receive queues");
+    return pd->dev->ops->create_srq(pd, attr, out);
+}
+
+int tbrt_srq_modify(tbrt_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+    NEED(srq && attr, "srq/attr");
+    return srq->dev->ops->modify_srq(srq, attr, mask);
+}
+
+int tbrt_srq_query(tbrt_srq *srq, struct ibv_srq_attr *attr)
+{
+    NEED(srq && attr, "srq/attr");
+    memset(attr, 0, sizeof *attr);
+    return srq->dev->ops->query_srq(srq, attr);
+}
+
+int tbrt_srq_destroy(tbrt_srq *srq)
+{
+    NEED(srq, "srq");
+    return srq->dev->ops->destroy_srq(srq);
+}
+
+int tbrt_post_srq_recv(tbrt_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+    NEED(srq && wr, "srq/wr");
+    struct ibv_recv_wr *dummy;
+    return srq->dev->ops->post_srq_recv(srq, wr, bad ? bad : &dummy);
+}
+
+int tbrt_dev_event_fd(tbrt_dev *dev)
+{
+    NEED(dev, "dev");
+    OPTIONAL(dev, event_fd, "event_fd: asynchronous events");
+    return dev->ops->event_fd(dev);
+}
+
+int tbrt_dev_event(tbrt_dev *dev, tbrt_event *ev)
+{
+    NEED(dev && ev, "dev/ev");
+    memset(ev, 0, sizeof *ev);
+    OPTIONAL(dev, get_event, "get_event: asynchronous events");
+    return dev->ops->get_event(dev, ev);
 }

@@ -32,8 +32,9 @@ extern "C" {
 
 /* Bumped on any incompatible change of this header. The bindings also check
  * tbrt_header_hash() against the hash recorded in the generated cdef. */
-enum { TBRT_ABI_VERSION = 3 };  /* 2: link stats inline_sends; 3: link opts stall,
-                                   no_fallback, link info fallback */
+enum { TBRT_ABI_VERSION = 4 };  /* 2: link stats inline_sends; 3: link opts stall,
+                                   no_fallback, link info fallback; 4: SRQs, events,
+                                   user pointers, iova, completion timestamps */
 
 int tbrt_abi_version(void);
 const char *tbrt_version(void);
@@ -93,6 +94,7 @@ typedef struct tbrt_cq tbrt_cq;
 typedef struct tbrt_qp tbrt_qp;
 typedef struct tbrt_mr tbrt_mr;
 typedef struct tbrt_ah tbrt_ah;
+typedef struct tbrt_srq tbrt_srq;
 
 /* Options for opening a device; unset fields (NULL / 0) take the
  * environment (TBRT_SOFT_PERSONALITY, TBRT_SOFT_PORTS...) or the default. */
@@ -115,16 +117,19 @@ struct tbrt_cq {
     tbrt_dev *dev;
     int cqe;             /* capacity */
     int fd;              /* completion fd: readable after an armed event */
+    void *user;          /* the caller's (tbrt never reads it) */
 };
 struct tbrt_qp {
     tbrt_dev *dev;
     tbrt_pd *pd;
     uint32_t qp_num;
     int qp_type;         /* enum ibv_qp_type */
-    int state;           /* enum ibv_qp_state, as last set */
+    int state;           /* enum ibv_qp_state, as last set (or as an error set it) */
     tbrt_cq *send_cq;
     tbrt_cq *recv_cq;
     struct ibv_qp_cap cap;
+    tbrt_srq *srq;       /* receives come from it (NULL: the QP's own queue) */
+    void *user;          /* the caller's (tbrt never reads it) */
 };
 struct tbrt_mr {
     tbrt_dev *dev;
@@ -134,6 +139,15 @@ struct tbrt_mr {
     uint32_t lkey;
     uint32_t rkey;
     int access;
+    uint64_t iova;       /* what SGEs and remote addresses call addr (= addr unless
+                            registered with tbrt_mr_reg_iova) */
+};
+/* A shared receive queue: QPs made with it take their receives from it. */
+struct tbrt_srq {
+    tbrt_dev *dev;
+    tbrt_pd *pd;
+    uint32_t srq_num;
+    void *user;          /* the caller's (tbrt never reads it) */
 };
 struct tbrt_ah {
     tbrt_dev *dev;
@@ -182,6 +196,10 @@ int tbrt_pd_free(tbrt_pd *pd);
 int tbrt_cq_create(tbrt_dev *dev, int cqe, tbrt_cq **out);
 int tbrt_cq_destroy(tbrt_cq *cq);
 int tbrt_cq_poll(tbrt_cq *cq, int n, struct ibv_wc *wc);
+/* As tbrt_cq_poll, with the time each completion was made in ts_ns[i]
+ * (CLOCK_MONOTONIC nanoseconds: when the work finished, on the soft device;
+ * the time of the poll on devices that cannot say). */
+int tbrt_cq_poll_ts(tbrt_cq *cq, int n, struct ibv_wc *wc, uint64_t *ts_ns);
 /* Arm: the next completion makes cq->fd readable. */
 int tbrt_cq_arm(tbrt_cq *cq);
 /* Consume the events that made cq->fd readable; returns how many. */
@@ -191,9 +209,10 @@ int tbrt_cq_ack(tbrt_cq *cq);
 typedef struct tbrt_qp_init {
     tbrt_cq *send_cq;
     tbrt_cq *recv_cq;
-    struct ibv_qp_cap cap;   /* in: requested; out: granted */
+    struct ibv_qp_cap cap;   /* in: requested; out: granted (max_recv_wr/sge 0 with an SRQ) */
     int qp_type;             /* IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD */
     int sq_sig_all;
+    tbrt_srq *srq;           /* NULL: the QP has its own receive queue */
 } tbrt_qp_init;
 
 int tbrt_qp_create(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out);
@@ -201,6 +220,10 @@ int tbrt_qp_modify(tbrt_qp *qp, struct ibv_qp_attr *attr, int mask);
 int tbrt_qp_destroy(tbrt_qp *qp);
 
 int tbrt_mr_reg(tbrt_pd *pd, void *addr, size_t length, int access, tbrt_mr **out);
+/* As tbrt_mr_reg, but SGEs and remote addresses name the region as
+ * [iova, iova + length) (ibv_reg_mr_iova2). */
+int tbrt_mr_reg_iova(tbrt_pd *pd, void *addr, size_t length, uint64_t iova, int access,
+                     tbrt_mr **out);
 int tbrt_mr_dereg(tbrt_mr *mr);
 
 int tbrt_ah_create(tbrt_pd *pd, struct ibv_ah_attr *attr, tbrt_ah **out);
@@ -210,6 +233,35 @@ struct ibv_ah *tbrt_ah_handle(tbrt_ah *ah);
 
 int tbrt_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int tbrt_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+
+/* Shared receive queues. attr: in, max_wr, max_sge and srq_limit asked;
+ * out, granted. modify: IBV_SRQ_MAX_WR (within what it was made with) and
+ * IBV_SRQ_LIMIT (arms the limit: IBV_EVENT_SRQ_LIMIT_REACHED once fewer
+ * receives wait, then disarmed; 0 disarms). */
+int tbrt_srq_create(tbrt_pd *pd, struct ibv_srq_attr *attr, tbrt_srq **out);
+int tbrt_srq_modify(tbrt_srq *srq, struct ibv_srq_attr *attr, int mask);
+int tbrt_srq_query(tbrt_srq *srq, struct ibv_srq_attr *attr);
+int tbrt_srq_destroy(tbrt_srq *srq);
+int tbrt_post_srq_recv(tbrt_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+
+/* Asynchronous events (libibverbs' ibv_async_event): port state changes
+ * (also made by another process's tbrt_port_set_state), a QP in error
+ * (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR), COMM_EST, QP_LAST_WQE_REACHED, a CQ
+ * overrun (CQ_ERR), SRQ_LIMIT_REACHED and SRQ_ERR. */
+typedef struct tbrt_event {
+    enum ibv_event_type type;
+    tbrt_qp *qp;             /* QP events */
+    tbrt_cq *cq;             /* CQ_ERR */
+    tbrt_srq *srq;           /* SRQ events */
+    uint32_t num;            /* the QP's or SRQ's number */
+    int port;                /* port events */
+} tbrt_event;
+/* An fd that turns readable when tbrt_dev_event may have one; -EOPNOTSUPP
+ * on devices without events. */
+int tbrt_dev_event_fd(tbrt_dev *dev);
+/* The oldest event not yet taken: 1 with it in *ev, 0 when there is none
+ * (the fd is quiet again until there is). Gives the device a turn. */
+int tbrt_dev_event(tbrt_dev *dev, tbrt_event *ev);
 
 /* ---- caps ------------------------------------------------------------- */
 

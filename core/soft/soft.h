@@ -15,7 +15,16 @@
  * write. So a completion names only work that was posted, with a length no
  * longer than what was posted, whatever the wire (or a peer behind it) says.
  *
- * Threading: one device context is used by one thread at a time. */
+ * Shared receive queues (soft_srq.c) keep their records the same way; a
+ * result of theirs names the QP that received it, checked against the QPs
+ * made with that SRQ. Asynchronous events (soft_event.c) are queued here
+ * from what the wire's progress reports and what the objects see
+ * themselves (ports, overruns, COMM_EST, the last WQE of an SRQ's QP).
+ *
+ * Threading: one device context is used by one thread at a time (the
+ * binding locks per context). Across contexts the objects share nothing; a
+ * wire's process-wide parts have their own locks (shm_mem.c's backings, the
+ * alarm thread's list). */
 #ifndef TBRT_SOFT_H
 #define TBRT_SOFT_H
 
@@ -74,6 +83,24 @@ struct soft_gid {
 };
 #define SOFT_GIDS 64
 
+/* The asynchronous events not yet taken: a bounded queue (the oldest goes
+ * when it is full), an eventfd for those the objects queue, and an epoll fd
+ * over it and the wire's event fd: the one fd callers wait on. */
+#define SOFT_EVENTS 256
+struct soft_event {
+    int type;                   /* enum ibv_event_type */
+    void *obj;                  /* struct soft_qp / soft_cq / soft_srq, or NULL */
+    int port;
+};
+struct soft_events {
+    struct soft_event q[SOFT_EVENTS];
+    uint32_t head, tail;
+    uint64_t lost;
+    int epfd, efd;
+    bool efd_set;
+    uint8_t port_seen[SOFT_MAX_PORTS]; /* the states last reported */
+};
+
 struct soft_dev {
     tbrt_dev dev;
     const struct soft_personality *p;
@@ -88,6 +115,9 @@ struct soft_dev {
     struct soft_qp *qps;        /* list, for progress and flushes */
     struct soft_cq *cqs;
     struct soft_mr *mrs;
+    struct soft_srq *srqs;
+    int nsrq;
+    struct soft_events ev;
     uint32_t next_handle;
     bool qp_erred;              /* apple quirk: a QP was moved to ERR */
     struct soft_gid gids[SOFT_MAX_PORTS][SOFT_GIDS];
@@ -108,6 +138,7 @@ struct soft_cq {
     uint32_t cap;               /* power of two */
     uint64_t head, tail;        /* ring[head..tail) are waiting */
     struct ibv_wc *ring;
+    uint64_t *stamps;           /* soft_stamp() of each when it was made (finished) */
     bool overrun;
     struct soft_wire_cq *wcq;
     struct soft_cq *next;
@@ -144,6 +175,26 @@ struct soft_qp {
     bool have_rres, have_sres;
     /* a bad value broke it: the first flushed work request says so */
     bool broken, broken_told;
+    struct soft_srq *srq;       /* receives come from it (NULL: rq_*) */
+    bool comm_est_told;         /* IBV_EVENT_COMM_EST reported */
+};
+
+/* A shared receive queue: the records of what was posted, by slot, and the
+ * indices, as a QP's receive queue (soft_srq.c). */
+struct soft_srq {
+    tbrt_srq srq;
+    struct soft_dev *sd;
+    struct soft_srq *next;
+    struct soft_wire_srq *ws;
+    uint32_t cap;               /* slots (a power of two, >= max_wr) */
+    uint32_t max_wr, max_sge;
+    uint32_t limit;             /* armed limit, 0: none */
+    struct soft_wr *wr;
+    uint64_t prod, done;
+    struct soft_result res;
+    bool have_res;
+    int nqp;                    /* QPs made with it */
+    bool broken;                /* a bad result: nothing more is reaped */
 };
 
 struct soft_mr {
@@ -163,18 +214,50 @@ static inline struct soft_dev *soft_of(tbrt_dev *d) { return (struct soft_dev *)
 int soft_port_state(struct soft_dev *sd, int port);
 int soft_set_port_state(tbrt_dev *dev, uint8_t port, int state);
 
+/* soft_event.c: asynchronous events */
+int soft_events_open(struct soft_dev *sd);
+void soft_events_close(struct soft_dev *sd);
+/* Queue one (obj: the QP, CQ or SRQ it is about). */
+void soft_event_push(struct soft_dev *sd, int type, void *obj, int port);
+/* An object goes: its events not yet taken go with it. */
+void soft_event_forget(struct soft_dev *sd, void *obj);
+int soft_event_fd(tbrt_dev *dev);
+int soft_get_event(tbrt_dev *dev, tbrt_event *ev);
+
+/* soft_srq.c */
+int soft_create_srq(tbrt_pd *pd, struct ibv_srq_attr *attr, tbrt_srq **out);
+int soft_modify_srq(tbrt_srq *srq, struct ibv_srq_attr *attr, int mask);
+int soft_query_srq(tbrt_srq *srq, struct ibv_srq_attr *attr);
+int soft_destroy_srq(tbrt_srq *srq);
+int soft_post_srq_recv(tbrt_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+/* The SRQ's finished receives into their QPs' CQs, oldest first. */
+void soft_reap_srq(struct soft_srq *s);
+/* Its next result, asked of the wire once: 1 there is one (in s->res), 0
+ * not yet, -1 it broke. Taking it: soft_srq_take. */
+int soft_srq_next(struct soft_srq *s);
+bool soft_srq_take(struct soft_srq *s);
+/* The wire's SRQ_LIMIT event for s. */
+void soft_srq_limit_reached(struct soft_srq *s);
+
 /* soft_mr.c */
 int soft_reg_mr(tbrt_pd *pd, void *addr, size_t len, int access, tbrt_mr **out);
+int soft_reg_mr_iova(tbrt_pd *pd, void *addr, size_t len, uint64_t iova, int access,
+                     tbrt_mr **out);
 int soft_dereg_mr(tbrt_mr *mr);
 
 /* soft_cq.c */
 int soft_create_cq(tbrt_dev *dev, int cqe, tbrt_cq **out);
 int soft_destroy_cq(tbrt_cq *cq);
 int soft_poll_cq(tbrt_cq *cq, int n, struct ibv_wc *wc);
+int soft_poll_cq_ts(tbrt_cq *cq, int n, struct ibv_wc *wc, uint64_t *ts_ns);
 int soft_req_notify_cq(tbrt_cq *cq);
 int soft_ack_cq_events(tbrt_cq *cq);
-/* Add a completion to our CQ; false (and the CQ overruns) when it is full. */
-bool soft_cq_add(struct soft_cq *c, const struct ibv_wc *wc);
+/* Add a completion to our CQ, made at `stamp` (soft_stamp()); false (and
+ * the CQ overruns: IBV_EVENT_CQ_ERR) when it is full. */
+bool soft_cq_add(struct soft_cq *c, const struct ibv_wc *wc, uint64_t stamp);
+/* We made completions of this CQ ourselves (not from a wire's result): an
+ * armed CQ's fd turns readable, as for the wire's. */
+void soft_cq_wake(struct soft_cq *c);
 
 /* soft_qp.c */
 int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out);
@@ -196,6 +279,11 @@ int soft_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
 void soft_progress(struct soft_dev *sd);
 
 /* soft_reap.c: finished work into completions */
+/* Why a receive's result cannot be, or NULL (also for SRQ results). */
+const char *soft_recv_result_bad(const struct soft_result *r, const struct soft_wr *w, char *buf,
+                                 size_t len);
+/* A receive completion of q was made: COMM_EST if it came in RTR. */
+void soft_recv_seen(struct soft_qp *q);
 /* The finished work of the queues that feed this CQ, oldest first. */
 void soft_reap_cq(struct soft_dev *sd, struct soft_cq *c);
 /* All of a QP's finished receives / sends (its own queue order). */

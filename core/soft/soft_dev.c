@@ -296,10 +296,13 @@ static int soft_open(const char *name, const tbrt_dev_opts *opts, tbrt_dev **out
     dev_init(&sd->dev, &tbrt_soft_ops, name, p->name, p->flavor);
     sd->p = p;
     sd->index = index;
+    sd->ev.epfd = sd->ev.efd = -1;
     const char *ports = config(index, opts->ports, "PORTS", p->ports);
     int rc = parse_ports(ports, p->nports, sd->port_state, err, errlen);
     if (rc == 0)
         rc = soft_attach(sd, opts);
+    if (rc == 0)
+        rc = soft_events_open(sd);
     if (rc) {
         if (sd->dev.why[0])
             err_set(err, errlen, -rc, "%s", sd->dev.why);
@@ -322,6 +325,8 @@ static void soft_close(tbrt_dev *dev)
     /* whatever the caller left behind, in the order hardware needs */
     while (sd->qps)
         soft_destroy_qp(&sd->qps->qp);
+    while (sd->srqs)
+        soft_destroy_srq(&sd->srqs->srq);
     while (sd->cqs)
         soft_destroy_cq(&sd->cqs->cq);
     while (sd->mrs) {
@@ -331,6 +336,7 @@ static void soft_close(tbrt_dev *dev)
             sd->wops->mr_dereg(sd->wire, m->mr.lkey);
         free(m);
     }
+    soft_events_close(sd);
     if (sd->wire)
         sd->wops->close(sd->wire);
     if (sd->faults_open)
@@ -355,6 +361,9 @@ int soft_set_port_state(tbrt_dev *dev, uint8_t port, int state)
     if (sd->index >= SOFT_FAULT_DEVS)
         return dev_fail(dev, EINVAL, "set_port_state: only soft0..soft%d", SOFT_FAULT_DEVS - 1);
     soft_faults_set_port(&sd->faults, port, state);
+    /* every device of the host that sees this port hears of it (our own too) */
+    if (sd->wops->ports_changed)
+        sd->wops->ports_changed(sd->wire);
     return 0;
 }
 
@@ -432,9 +441,13 @@ static int soft_query_device(tbrt_dev *dev, struct ibv_device_attr *a)
     a->hw_ver = 1;
     a->max_qp = p->max_qp;
     a->max_qp_wr = (int)p->max_qp_wr;
-    a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
+    a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
+                          IBV_DEVICE_PORT_ACTIVE_EVENT;
     a->max_sge = SOFT_MAX_SGE;
     a->max_sge_rd = SOFT_MAX_SGE;
+    a->max_srq = SOFT_MAX_SRQ;
+    a->max_srq_wr = (int)p->max_qp_wr;
+    a->max_srq_sge = SOFT_MAX_SGE;
     a->max_cq = SOFT_MAX_CQ;
     a->max_cqe = SOFT_MAX_CQE;
     a->max_mr = SOFT_MAX_MR;
@@ -442,7 +455,9 @@ static int soft_query_device(tbrt_dev *dev, struct ibv_device_attr *a)
     a->max_qp_rd_atom = 16;
     a->max_qp_init_rd_atom = 16;
     a->max_res_rd_atom = 16 * p->max_qp;
-    a->atomic_cap = IBV_ATOMIC_NONE;
+    /* atomics are CPU atomics on the shared mapping: atomic against other
+     * RDMA atomics (and, as it happens, against the CPU too) */
+    a->atomic_cap = p->qp_types & (1u << IBV_QPT_RC) ? IBV_ATOMIC_HCA : IBV_ATOMIC_NONE;
     a->max_ah = 1024;
     a->max_pkeys = 1;
     a->local_ca_ack_delay = 16;
@@ -538,6 +553,11 @@ static const char *soft_vendor_err(tbrt_dev *dev, uint32_t code)
     case SOFT_VERR_MSG_SIZE: return "message larger than the path MTU / max_msg_sz";
     case SOFT_VERR_REMOTE: return "the responder reported an error";
     case SOFT_VERR_PORT_DOWN: return "a port on the path is not ACTIVE (link lost)";
+    case SOFT_VERR_ALIGN:
+        return "atomic: remote_addr is not 8-byte aligned (IB spec 9.4.5), at the responder";
+    case SOFT_VERR_ATOMIC_ACCESS:
+        return "atomic: bad rkey or range, or the region lacks IBV_ACCESS_REMOTE_ATOMIC, at "
+               "the responder";
     case SOFT_VERR_CORRUPT:
         /* what this process met; a peer that met it in our memory says so */
         return sd->corrupt_why[0] ? sd->corrupt_why
@@ -560,17 +580,26 @@ const struct tbrt_dev_ops tbrt_soft_ops = {
     .create_cq = soft_create_cq,
     .destroy_cq = soft_destroy_cq,
     .poll_cq = soft_poll_cq,
+    .poll_cq_ts = soft_poll_cq_ts,
     .req_notify_cq = soft_req_notify_cq,
     .ack_cq_events = soft_ack_cq_events,
     .create_qp = soft_create_qp,
     .modify_qp = soft_modify_qp,
     .destroy_qp = soft_destroy_qp,
     .reg_mr = soft_reg_mr,
+    .reg_mr_iova = soft_reg_mr_iova,
     .dereg_mr = soft_dereg_mr,
     .create_ah = soft_create_ah,
     .destroy_ah = soft_destroy_ah,
     .post_send = soft_post_send,
     .post_recv = soft_post_recv,
+    .create_srq = soft_create_srq,
+    .modify_srq = soft_modify_srq,
+    .query_srq = soft_query_srq,
+    .destroy_srq = soft_destroy_srq,
+    .post_srq_recv = soft_post_srq_recv,
+    .event_fd = soft_event_fd,
+    .get_event = soft_get_event,
     .vendor_err = soft_vendor_err,
     .set_port_state = soft_set_port_state,
     .set_faults = soft_set_faults,

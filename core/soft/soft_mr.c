@@ -11,6 +11,12 @@
 
 int soft_reg_mr(tbrt_pd *pd, void *addr, size_t len, int access, tbrt_mr **out)
 {
+    return soft_reg_mr_iova(pd, addr, len, (uint64_t)(uintptr_t)addr, access, out);
+}
+
+int soft_reg_mr_iova(tbrt_pd *pd, void *addr, size_t len, uint64_t iova, int access,
+                     tbrt_mr **out)
+{
     struct soft_dev *sd = soft_of(pd->dev);
     const struct soft_personality *p = sd->p;
     const int remote = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
@@ -32,13 +38,14 @@ int soft_reg_mr(tbrt_pd *pd, void *addr, size_t len, int access, tbrt_mr **out)
         return dev_fail(&sd->dev, ENOMEM, "reg_mr: out of memory");
     char why[TBRT_WHY_MAX];
     uint32_t key = 0;
-    int rc = sd->wops->mr_reg(sd->wire, addr, len, (uint32_t)access, &key, why, sizeof why);
+    int rc = sd->wops->mr_reg(sd->wire, addr, len, iova, (uint32_t)access, &key, why,
+                              sizeof why);
     if (rc) {
         free(m);
         return dev_fail(&sd->dev, -rc, "reg_mr: %s", why);
     }
     m->mr = (tbrt_mr){.dev = pd->dev, .pd = pd, .addr = addr, .length = len,
-                      .lkey = key, .rkey = key, .access = access};
+                      .lkey = key, .rkey = key, .access = access, .iova = iova};
     m->next = sd->mrs;
     sd->mrs = m;
     *out = &m->mr;

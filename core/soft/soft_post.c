@@ -25,6 +25,10 @@ static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
         return IBV_WC_RDMA_WRITE;
     case IBV_WR_RDMA_READ:
         return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+        return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        return IBV_WC_FETCH_ADD;
     default:
         return IBV_WC_SEND;
     }
@@ -40,7 +44,8 @@ static void flushed(struct soft_qp *q, tbrt_cq *cq, uint64_t wr_id, enum ibv_wc_
         wc.vendor_err = SOFT_VERR_CORRUPT;
         q->broken_told = true;
     }
-    soft_cq_add(cq_of(cq), &wc);
+    soft_cq_add(cq_of(cq), &wc, soft_stamp());
+    soft_cq_wake(cq_of(cq));
 }
 
 /* ---- receives --------------------------------------------------------------- */
@@ -52,6 +57,10 @@ int soft_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
     const struct soft_personality *p = sd->p;
     for (; wr; wr = wr->next) {
         *bad = wr;
+        if (q->srq)
+            return dev_fail(qp->dev, EINVAL, "post_recv: QP 0x%x takes its receives from SRQ "
+                            "0x%x: post them there (ibv_post_srq_recv)", qp->qp_num,
+                            q->srq->srq.srq_num);
         if (qp->state == IBV_QPS_RESET)
             return dev_fail(qp->dev, EINVAL, "post_recv: QP 0x%x is in RESET", qp->qp_num);
         if (p->recv_needs_rts && qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR)
@@ -105,10 +114,53 @@ static bool opcode_ok(int qp_type, enum ibv_wr_opcode op)
     case IBV_WR_RDMA_WRITE_WITH_IMM:
         return qp_type == IBV_QPT_RC || qp_type == IBV_QPT_UC;
     case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
         return qp_type == IBV_QPT_RC;
     default:
         return false;
     }
+}
+
+static bool is_atomic(enum ibv_wr_opcode op)
+{
+    return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+static const char *opcode_name(enum ibv_wr_opcode op)
+{
+    switch (op) {
+    case IBV_WR_RDMA_WRITE: return "RDMA_WRITE";
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return "RDMA_WRITE_WITH_IMM";
+    case IBV_WR_SEND: return "SEND";
+    case IBV_WR_SEND_WITH_IMM: return "SEND_WITH_IMM";
+    case IBV_WR_RDMA_READ: return "RDMA_READ";
+    case IBV_WR_ATOMIC_CMP_AND_SWP: return "ATOMIC_CMP_AND_SWP";
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return "ATOMIC_FETCH_AND_ADD";
+    case IBV_WR_LOCAL_INV: return "LOCAL_INV";
+    case IBV_WR_BIND_MW: return "BIND_MW";
+    case IBV_WR_SEND_WITH_INV: return "SEND_WITH_INV";
+    case IBV_WR_TSO: return "TSO";
+    case IBV_WR_DRIVER1: return "DRIVER1";
+    default: return NULL;
+    }
+}
+
+/* Why an opcode cannot be posted here (opcode_ok said no). */
+static int bad_opcode(tbrt_qp *qp, enum ibv_wr_opcode op)
+{
+    const char *name = opcode_name(op);
+    if (!name)
+        return dev_fail(qp->dev, EINVAL, "post_send: opcode %d is not a work request opcode",
+                        op);
+    if (op == IBV_WR_RDMA_READ || is_atomic(op) || op == IBV_WR_RDMA_WRITE ||
+        op == IBV_WR_RDMA_WRITE_WITH_IMM)
+        return dev_fail(qp->dev, EINVAL, "post_send: IBV_WR_%s needs %s (this QP is %s)", name,
+                        op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM
+                            ? "an RC or UC QP" : "an RC QP",
+                        dev_qp_type_name(qp->qp_type));
+    return dev_fail(qp->dev, EOPNOTSUPP, "post_send: IBV_WR_%s: the soft device has no memory "
+                    "windows, invalidation or TSO", name);
 }
 
 int soft_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
@@ -122,8 +174,15 @@ int soft_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad
             return dev_fail(qp->dev, EINVAL, "post_send: QP 0x%x is in %s; sends need RTS",
                             qp->qp_num, dev_qp_state_name(qp->state));
         if (!opcode_ok(qp->qp_type, wr->opcode))
-            return dev_fail(qp->dev, EINVAL, "post_send: opcode %d is not valid on a %s QP",
-                            wr->opcode, dev_qp_type_name(qp->qp_type));
+            return bad_opcode(qp, wr->opcode);
+        /* an atomic's one SGE is where the original 8 bytes go */
+        if (TBRT_UNLIKELY(is_atomic(wr->opcode)) &&
+            (wr->num_sge != 1 || wr->sg_list[0].length != SOFT_ATOMIC_SIZE ||
+             (wr->send_flags & IBV_SEND_INLINE)))
+            return dev_fail(qp->dev, EINVAL, "post_send: an atomic takes one SGE of %d bytes "
+                            "for the original value, not inline (num_sge %d%s)",
+                            SOFT_ATOMIC_SIZE, wr->num_sge,
+                            (wr->send_flags & IBV_SEND_INLINE) ? ", IBV_SEND_INLINE" : "");
         if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge)
             return dev_fail(qp->dev, EINVAL, "post_send: %d gather entries, max_send_sge %u",
                             wr->num_sge, qp->cap.max_send_sge);
@@ -173,6 +232,11 @@ int soft_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad
                 ws.flags |= SOFT_SEND_DGID_LOCAL;
             ws.remote_qpn = wr->wr.ud.remote_qpn;
             ws.remote_qkey = wr->wr.ud.remote_qkey;
+        } else if (is_atomic(wr->opcode)) {
+            ws.remote_addr = wr->wr.atomic.remote_addr;
+            ws.rkey = wr->wr.atomic.rkey;
+            ws.compare_add = wr->wr.atomic.compare_add;
+            ws.swap = wr->wr.atomic.swap;
         } else {
             ws.remote_addr = wr->wr.rdma.remote_addr;
             ws.rkey = wr->wr.rdma.rkey;
@@ -195,11 +259,29 @@ void soft_progress(struct soft_dev *sd)
     do {
         n = sd->wops->progress(sd->wire, ev, (int)TBRT_ARRAY_LEN(ev));
         for (int i = 0; i < n; i++) {
+            if (ev[i].kind == SOFT_WIRE_SRQ_LIMIT) {
+                soft_srq_limit_reached(ev[i].cookie);
+                continue;
+            }
             struct soft_qp *q = ev[i].cookie;
-            if (ev[i].kind == SOFT_WIRE_BROKEN)
+            bool live = q->qp.state != IBV_QPS_ERR && q->qp.state != IBV_QPS_RESET;
+            if (ev[i].kind == SOFT_WIRE_BROKEN) {
+                if (live)
+                    soft_event_push(sd, IBV_EVENT_QP_FATAL, q, 0);
                 soft_qp_break(q, false);
-            else if (q->qp.state != IBV_QPS_ERR && q->qp.state != IBV_QPS_RESET)
-                soft_qp_to_err(q);
+                continue;
+            }
+            if (!live)
+                continue;
+            static const int of_cause[] = {
+                [SOFT_WIRE_CAUSE_FATAL] = IBV_EVENT_QP_FATAL,
+                [SOFT_WIRE_CAUSE_REQ] = IBV_EVENT_QP_REQ_ERR,
+                [SOFT_WIRE_CAUSE_ACCESS] = IBV_EVENT_QP_ACCESS_ERR,
+            };
+            int c = ev[i].cause;
+            if (c > 0 && c < (int)TBRT_ARRAY_LEN(of_cause))
+                soft_event_push(sd, of_cause[c], q, 0);
+            soft_qp_to_err(q);
         }
     } while (n == (int)TBRT_ARRAY_LEN(ev));
 }

@@ -57,16 +57,25 @@ int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out)
         return dev_fail(dev, EINVAL, "create_qp: max_send_wr %u out of range 1..%u%s%s",
                         cap->max_send_wr, p->max_qp_wr, unit,
                         p->depth_in_frames ? " (TN3205 counts queue depth in frames)" : "");
-    if (cap->max_recv_wr < 1 || cap->max_recv_wr > p->max_qp_wr)
-        return dev_fail(dev, EINVAL, "create_qp: max_recv_wr %u out of range 1..%u%s%s",
+    struct soft_srq *srq = (struct soft_srq *)init->srq;
+    if (srq) {
+        /* receives are the SRQ's: the QP's own are ignored, as verbs say */
+        cap->max_recv_wr = 0;
+        cap->max_recv_sge = 0;
+    } else if (cap->max_recv_wr > p->max_qp_wr) {
+        return dev_fail(dev, EINVAL, "create_qp: max_recv_wr %u out of range 0..%u%s%s",
                         cap->max_recv_wr, p->max_qp_wr, unit,
                         p->depth_in_frames ? " (TN3205 counts queue depth in frames)" : "");
+    }
     if (cap->max_send_sge > SOFT_MAX_SGE || cap->max_recv_sge > SOFT_MAX_SGE)
-        return dev_fail(dev, EINVAL, "create_qp: at most %d scatter/gather entries", SOFT_MAX_SGE);
+        return dev_fail(dev, EINVAL, "create_qp: max_send_sge %u / max_recv_sge %u: at most %d "
+                        "scatter/gather entries", cap->max_send_sge, cap->max_recv_sge,
+                        SOFT_MAX_SGE);
     if (cap->max_inline_data > 256)
         return dev_fail(dev, EINVAL, "create_qp: max_inline_data %u > 256", cap->max_inline_data);
     struct soft_qp *q = calloc(1, sizeof *q);
-    uint32_t sq_cap = cap->max_send_wr, rq_cap = cap->max_recv_wr;
+    /* a QP that never receives (max_recv_wr 0, or an SRQ) keeps one unused slot */
+    uint32_t sq_cap = cap->max_send_wr, rq_cap = cap->max_recv_wr ? cap->max_recv_wr : 1;
     if (q) {
         q->rq_wr = calloc(rq_cap, sizeof *q->rq_wr);
         q->sq_wr = calloc(sq_cap, sizeof *q->sq_wr);
@@ -81,7 +90,8 @@ int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out)
     }
     struct soft_wire_qp_init wi = {.qp_type = (uint32_t)t, .rq_cap = rq_cap, .sq_cap = sq_cap,
                                    .recv_cq = ((struct soft_cq *)init->recv_cq)->wcq,
-                                   .send_cq = ((struct soft_cq *)init->send_cq)->wcq, .cookie = q};
+                                   .send_cq = ((struct soft_cq *)init->send_cq)->wcq,
+                                   .srq = srq ? srq->ws : NULL, .cookie = q};
     char why[TBRT_WHY_MAX];
     uint32_t qpn = 0;
     int rc = sd->wops->qp_create(sd->wire, &wi, &q->wq, &qpn, why, sizeof why);
@@ -98,10 +108,14 @@ int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out)
     q->sq_sig_all = init->sq_sig_all != 0;
     if (cap->max_send_sge == 0)
         cap->max_send_sge = 1;
-    if (cap->max_recv_sge == 0)
+    if (cap->max_recv_sge == 0 && !srq)
         cap->max_recv_sge = 1;
     q->qp = (tbrt_qp){.dev = dev, .pd = pd, .qp_num = qpn, .qp_type = t, .state = IBV_QPS_RESET,
-                      .send_cq = init->send_cq, .recv_cq = init->recv_cq, .cap = *cap};
+                      .send_cq = init->send_cq, .recv_cq = init->recv_cq, .cap = *cap,
+                      .srq = init->srq};
+    q->srq = srq;
+    if (srq)
+        srq->nqp++;
     q->next = sd->qps;
     sd->qps = q;
     sd->nqp++;
@@ -162,12 +176,19 @@ static const char *mask_names(int mask, char *buf, size_t len)
 
 void soft_qp_to_err(struct soft_qp *q)
 {
+    /* an SRQ's QP takes nothing more from it: its last WQE is reached */
+    if (q->srq && q->qp.state != IBV_QPS_ERR)
+        soft_event_push(q->sd, IBV_EVENT_QP_LAST_WQE_REACHED, q, 0);
     q->qp.state = IBV_QPS_ERR;
     q->a.state = IBV_QPS_ERR;
     q->sd->wops->qp_modify(q->wq, &q->a);
-    /* what had finished, as it finished; the rest flushed */
+    /* what had finished, as it finished; the rest flushed, and a waiter
+     * hears of the flushes as of any completion */
     soft_reap_send(q);
     soft_reap_recv(q);
+    soft_cq_wake((struct soft_cq *)q->qp.send_cq);
+    if (q->qp.recv_cq != q->qp.send_cq)
+        soft_cq_wake((struct soft_cq *)q->qp.recv_cq);
 }
 
 void soft_qp_break(struct soft_qp *q, bool reported)
@@ -330,6 +351,9 @@ int soft_destroy_qp(tbrt_qp *qp)
             break;
         }
     sd->nqp--;
+    if (q->srq)
+        q->srq->nqp--;
+    soft_event_forget(sd, q);
     free(q->rq_wr);
     free(q->sq_wr);
     free(q);

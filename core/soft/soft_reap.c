@@ -46,9 +46,8 @@ static void flush_says_why(struct soft_qp *q, struct ibv_wc *wc)
     }
 }
 
-/* Why a receive's result cannot be, or NULL. */
-static const char *recv_result_bad(const struct soft_result *r, const struct soft_wr *w,
-                                   char *buf, size_t len)
+const char *soft_recv_result_bad(const struct soft_result *r, const struct soft_wr *w,
+                                 char *buf, size_t len)
 {
     if (r->status > IBV_WC_GENERAL_ERR)
         snprintf(buf, len, "status %u is not a completion status", r->status);
@@ -75,7 +74,7 @@ static bool recv_take(struct soft_qp *q)
     const struct soft_wr *w = &q->rq_wr[slot];
     const struct soft_result *r = &q->rres;
     char buf[160];
-    const char *bad = recv_result_bad(r, w, buf, sizeof buf);
+    const char *bad = soft_recv_result_bad(r, w, buf, sizeof buf);
     struct ibv_wc wc = {.wr_id = w->wr_id, .status = r->status, .opcode = r->opcode,
                         .vendor_err = r->vendor_err, .byte_len = r->byte_len, .imm_data = r->imm,
                         .qp_num = q->qp.qp_num, .src_qp = r->src_qp, .wc_flags = r->wc_flags};
@@ -84,11 +83,13 @@ static bool recv_take(struct soft_qp *q)
                              .opcode = IBV_WC_RECV, .vendor_err = SOFT_VERR_CORRUPT,
                              .qp_num = q->qp.qp_num};
     flush_says_why(q, &wc);
-    if (!soft_cq_add(cq_of(q->qp.recv_cq), &wc))
+    if (!soft_cq_add(cq_of(q->qp.recv_cq), &wc, r->stamp))
         return false;           /* overrun: poll_cq says so */
     q->rq_frames -= w->frames;
     q->rq_done++;
     q->have_rres = false;
+    if (wc.status == IBV_WC_SUCCESS)
+        soft_recv_seen(q);
     if (bad) {
         snprintf(q->sd->corrupt_why, sizeof q->sd->corrupt_why, "QP 0x%x broke: receive %llu: "
                  "its result's %s (written by a peer: corrupt)", q->qp.qp_num,
@@ -112,8 +113,10 @@ static bool send_take(struct soft_qp *q)
             wc.status = IBV_WC_LOC_QP_OP_ERR;
             wc.vendor_err = SOFT_VERR_CORRUPT;
         }
+        if (w->opcode == IBV_WC_COMP_SWAP || w->opcode == IBV_WC_FETCH_ADD)
+            wc.byte_len = SOFT_ATOMIC_SIZE;
         flush_says_why(q, &wc);
-        if (!soft_cq_add(cq_of(q->qp.send_cq), &wc))
+        if (!soft_cq_add(cq_of(q->qp.send_cq), &wc, r->stamp))
             return false;
     }
     q->sq_frames -= w->frames;
@@ -129,6 +132,16 @@ static bool send_take(struct soft_qp *q)
     return true;
 }
 
+/* A receive arriving at a QP in RTR is what establishes it (IB spec
+ * 11.6.3: the responder's first packet): IBV_EVENT_COMM_EST, once. */
+void soft_recv_seen(struct soft_qp *q)
+{
+    if (TBRT_UNLIKELY(q->qp.state == IBV_QPS_RTR) && !q->comm_est_told) {
+        q->comm_est_told = true;
+        soft_event_push(q->sd, IBV_EVENT_COMM_EST, q, 0);
+    }
+}
+
 void soft_reap_recv(struct soft_qp *q)
 {
     while (next_result(q, true) > 0 && recv_take(q))
@@ -141,19 +154,32 @@ void soft_reap_send(struct soft_qp *q)
         ;
 }
 
+/* The SRQs' results go to the CQ of the QP that received each: an SRQ is
+ * a candidate for any CQ (its next result may be for another CQ; taking it
+ * there is as right as taking it later). */
 void soft_reap_cq(struct soft_dev *sd, struct soft_cq *c)
 {
     for (;;) {
         struct soft_qp *best = NULL;
+        struct soft_srq *best_srq = NULL;
         bool best_recv = false;
         uint64_t best_stamp = UINT64_MAX;
         for (struct soft_qp *q = sd->qps; q; q = q->next) {
-            if (&c->cq == q->qp.recv_cq && next_result(q, true) > 0 &&
+            if (&c->cq == q->qp.recv_cq && !q->srq && next_result(q, true) > 0 &&
                 (!best || q->rres.stamp < best_stamp))
                 best = q, best_recv = true, best_stamp = q->rres.stamp;
             if (&c->cq == q->qp.send_cq && next_result(q, false) > 0 &&
                 (!best || q->sres.stamp < best_stamp))
                 best = q, best_recv = false, best_stamp = q->sres.stamp;
+        }
+        for (struct soft_srq *s = sd->srqs; s; s = s->next)
+            if (s->nqp && soft_srq_next(s) > 0 && (!(best || best_srq) ||
+                                                  s->res.stamp < best_stamp))
+                best_srq = s, best = NULL, best_stamp = s->res.stamp;
+        if (best_srq) {
+            if (!soft_srq_take(best_srq))
+                return;
+            continue;
         }
         if (!best || !(best_recv ? recv_take(best) : send_take(best)))
             return;

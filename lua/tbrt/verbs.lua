@@ -38,10 +38,12 @@ M.QPT = { RC = C.IBV_QPT_RC, UC = C.IBV_QPT_UC, UD = C.IBV_QPT_UD }
 M.STATE = { RESET = C.IBV_QPS_RESET, INIT = C.IBV_QPS_INIT, RTR = C.IBV_QPS_RTR,
   RTS = C.IBV_QPS_RTS, ERR = C.IBV_QPS_ERR }
 M.ACCESS_ALL = bit.bor(C.IBV_ACCESS_LOCAL_WRITE, C.IBV_ACCESS_REMOTE_READ, C.IBV_ACCESS_REMOTE_WRITE)
+M.ACCESS_ATOMIC = C.IBV_ACCESS_REMOTE_ATOMIC
 M.LOCAL_WRITE = C.IBV_ACCESS_LOCAL_WRITE
 M.OPCODE = { SEND = C.IBV_WR_SEND, SEND_WITH_IMM = C.IBV_WR_SEND_WITH_IMM,
   RDMA_WRITE = C.IBV_WR_RDMA_WRITE, RDMA_WRITE_WITH_IMM = C.IBV_WR_RDMA_WRITE_WITH_IMM,
-  RDMA_READ = C.IBV_WR_RDMA_READ }
+  RDMA_READ = C.IBV_WR_RDMA_READ, CMP_AND_SWP = C.IBV_WR_ATOMIC_CMP_AND_SWP,
+  FETCH_AND_ADD = C.IBV_WR_ATOMIC_FETCH_AND_ADD }
 
 local WC_STATUS, WC_OPCODE, PORT_STATE = {}, {}, {}
 for _, n in ipairs { "SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
@@ -51,18 +53,26 @@ for _, n in ipairs { "SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR"
   "RESP_TIMEOUT_ERR", "GENERAL_ERR" } do
   WC_STATUS[tonumber(C["IBV_WC_" .. n])] = "IBV_WC_" .. n
 end
-for _, n in ipairs { "SEND", "RDMA_WRITE", "RDMA_READ", "RECV", "RECV_RDMA_WITH_IMM" } do
+for _, n in ipairs { "SEND", "RDMA_WRITE", "RDMA_READ", "COMP_SWAP", "FETCH_ADD", "RECV",
+  "RECV_RDMA_WITH_IMM" } do
   WC_OPCODE[tonumber(C["IBV_WC_" .. n])] = n
 end
 for _, n in ipairs { "NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER" } do
   PORT_STATE[tonumber(C["IBV_PORT_" .. n])] = n
 end
-M.WC_STATUS, M.PORT_STATE = WC_STATUS, PORT_STATE
+local EVENT = {}
+for _, n in ipairs { "CQ_ERR", "QP_FATAL", "QP_REQ_ERR", "QP_ACCESS_ERR", "COMM_EST", "SQ_DRAINED",
+  "PATH_MIG", "PATH_MIG_ERR", "DEVICE_FATAL", "PORT_ACTIVE", "PORT_ERR", "LID_CHANGE",
+  "PKEY_CHANGE", "SM_CHANGE", "SRQ_ERR", "SRQ_LIMIT_REACHED", "QP_LAST_WQE_REACHED",
+  "CLIENT_REREGISTER", "GID_CHANGE", "WQ_FATAL" } do
+  EVENT[tonumber(C["IBV_EVENT_" .. n])] = n
+end
+M.WC_STATUS, M.PORT_STATE, M.EVENT = WC_STATUS, PORT_STATE, EVENT
 
 ---------------------------------------------------------------------------
-local Dev, PD, CQ, QP, MR = {}, {}, {}, {}, {}
-Dev.__index, PD.__index, CQ.__index, QP.__index, MR.__index = Dev, PD, CQ, QP, MR
-M.Dev, M.PD, M.CQ, M.QP, M.MR = Dev, PD, CQ, QP, MR
+local Dev, PD, CQ, QP, MR, SRQ = {}, {}, {}, {}, {}, {}
+Dev.__index, PD.__index, CQ.__index, QP.__index, MR.__index, SRQ.__index = Dev, PD, CQ, QP, MR, SRQ
+M.Dev, M.PD, M.CQ, M.QP, M.MR, M.SRQ = Dev, PD, CQ, QP, MR, SRQ
 
 function M.open(name, opts)
   opts = opts or {}
@@ -106,6 +116,8 @@ function Dev:query()
   if rc ~= 0 then return fail(self.d, rc) end
   return { fw_ver = ffi.string(a.fw_ver), max_qp = a.max_qp, max_qp_wr = a.max_qp_wr,
     max_sge = a.max_sge, max_cqe = a.max_cqe, max_mr_size = tonumber(a.max_mr_size),
+    max_srq = a.max_srq, max_srq_wr = a.max_srq_wr, max_srq_sge = a.max_srq_sge,
+    atomic_cap = tonumber(a.atomic_cap),
     phys_port_cnt = a.phys_port_cnt, raw = a }
 end
 
@@ -266,13 +278,15 @@ function PD:free()
   return true
 end
 
--- Register memory: a cdata buffer and its length (keep the buffer alive).
-function PD:reg(buf, len, access)
+-- Register memory: a cdata buffer and its length (keep the buffer alive);
+-- iova: the address SGEs and remote addresses name it by (default: buf).
+function PD:reg(buf, len, access, iova)
   local out = ffi.new("tbrt_mr *[1]")
-  local rc = C.tbrt_mr_reg(self.p, buf, len, access or M.ACCESS_ALL, out)
+  local rc = iova and C.tbrt_mr_reg_iova(self.p, buf, len, iova, access or M.ACCESS_ALL, out)
+    or C.tbrt_mr_reg(self.p, buf, len, access or M.ACCESS_ALL, out)
   if rc ~= 0 then return fail(self.dev.d, rc) end
   return setmetatable({ m = out[0], buf = buf, len = len, dev = self.dev,
-    lkey = out[0].lkey, rkey = out[0].rkey, addr = ffi.cast("uintptr_t", buf) }, MR)
+    lkey = out[0].lkey, rkey = out[0].rkey, addr = out[0].iova }, MR)
 end
 
 function MR:dereg()
@@ -282,7 +296,7 @@ function MR:dereg()
 end
 
 local QP_KEYS = { type = true, send_cq = true, recv_cq = true, send_wr = true, recv_wr = true,
-  send_sge = true, recv_sge = true, inline = true, sig_all = true }
+  send_sge = true, recv_sge = true, inline = true, sig_all = true, srq = true }
 
 function PD:qp(t)
   check_keys(t, QP_KEYS, "pd:qp")
@@ -296,6 +310,7 @@ function PD:qp(t)
   init.cap.max_recv_sge = t.recv_sge or 1
   init.cap.max_inline_data = t.inline or 0
   init.sq_sig_all = t.sig_all and 1 or 0
+  if t.srq then init.srq = t.srq.s end
   local out = ffi.new("tbrt_qp *[1]")
   local rc = C.tbrt_qp_create(self.p, init, out)
   if rc ~= 0 then return fail(self.dev.d, rc) end
@@ -383,7 +398,7 @@ end
 
 local SEND_KEYS = { mr = true, offset = true, len = true, wr_id = true, opcode = true,
   signaled = true, inline = true, imm = true, rkey = true, raddr = true, ah = true,
-  remote_qpn = true, remote_qkey = true, sge = true }
+  remote_qpn = true, remote_qkey = true, sge = true, compare_add = true, swap = true }
 
 -- Post one send: the bytes [offset, offset+len) of mr.
 function QP:post_send(t)
@@ -402,7 +417,12 @@ function QP:post_send(t)
   wr.send_flags = bit.bor(t.signaled == false and 0 or C.IBV_SEND_SIGNALED,
     t.inline and C.IBV_SEND_INLINE or 0)
   if t.imm then wr.imm_data = t.imm end
-  if t.rkey then wr.wr.rdma.rkey = t.rkey; wr.wr.rdma.remote_addr = t.raddr end
+  if t.opcode == "CMP_AND_SWP" or t.opcode == "FETCH_AND_ADD" then
+    wr.wr.atomic.rkey = t.rkey
+    wr.wr.atomic.remote_addr = t.raddr
+    wr.wr.atomic.compare_add = t.compare_add or 0
+    wr.wr.atomic.swap = t.swap or 0
+  elseif t.rkey then wr.wr.rdma.rkey = t.rkey; wr.wr.rdma.remote_addr = t.raddr end
   if t.ah then
     wr.wr.ud.ah = C.tbrt_ah_handle(t.ah)
     wr.wr.ud.remote_qpn = t.remote_qpn
@@ -413,8 +433,8 @@ function QP:post_send(t)
   return true
 end
 
-function QP:post_recv(t)
-  check_keys(t, { mr = true, offset = true, len = true, wr_id = true }, "qp:post_recv")
+local function recv_wr(t, what)
+  check_keys(t, { mr = true, offset = true, len = true, wr_id = true }, what)
   local sge = ffi.new("struct ibv_sge")
   local wr = ffi.new("struct ibv_recv_wr")
   sge.addr = t.mr.addr + (t.offset or 0)
@@ -423,9 +443,79 @@ function QP:post_recv(t)
   wr.sg_list = sge
   wr.num_sge = 1
   wr.wr_id = t.wr_id or 0
+  return wr, sge
+end
+
+function QP:post_recv(t)
+  local wr, sge = recv_wr(t, "qp:post_recv")
   local rc = C.tbrt_post_recv(self.q, wr, nil)
   if rc ~= 0 then return fail(self.dev.d, rc) end
   return true
+end
+
+-- Shared receive queues: pd:srq{ max_wr =, max_sge = }.
+function PD:srq(t)
+  check_keys(t or {}, { max_wr = true, max_sge = true }, "pd:srq")
+  local a = ffi.new("struct ibv_srq_attr")
+  a.max_wr, a.max_sge = (t and t.max_wr) or 16, (t and t.max_sge) or 1
+  local out = ffi.new("tbrt_srq *[1]")
+  local rc = C.tbrt_srq_create(self.p, a, out)
+  if rc ~= 0 then return fail(self.dev.d, rc) end
+  return setmetatable({ s = out[0], dev = self.dev, num = out[0].srq_num }, SRQ)
+end
+
+function SRQ:post_recv(t)
+  local wr, sge = recv_wr(t, "srq:post_recv")
+  local rc = C.tbrt_post_srq_recv(self.s, wr, nil)
+  if rc ~= 0 then return fail(self.dev.d, rc) end
+  return true
+end
+
+-- modify{ max_wr =, limit = }: the mask from the keys given (verbs.h's
+-- enum ibv_srq_attr_mask, which tbrt.h does not carry into the cdef).
+local SRQ_MAX_WR, SRQ_LIMIT = 1, 2
+
+function SRQ:modify(t)
+  check_keys(t, { max_wr = true, limit = true }, "srq:modify")
+  local a = ffi.new("struct ibv_srq_attr")
+  local mask = 0
+  if t.max_wr then a.max_wr = t.max_wr; mask = bit.bor(mask, SRQ_MAX_WR) end
+  if t.limit then a.srq_limit = t.limit; mask = bit.bor(mask, SRQ_LIMIT) end
+  local rc = C.tbrt_srq_modify(self.s, a, mask)
+  if rc ~= 0 then return fail(self.dev.d, rc) end
+  return true
+end
+
+function SRQ:query()
+  local a = ffi.new("struct ibv_srq_attr")
+  local rc = C.tbrt_srq_query(self.s, a)
+  if rc ~= 0 then return fail(self.dev.d, rc) end
+  return { max_wr = a.max_wr, max_sge = a.max_sge, limit = a.srq_limit }
+end
+
+function SRQ:destroy()
+  local rc = C.tbrt_srq_destroy(self.s)
+  if rc ~= 0 then return fail(self.dev.d, rc) end
+  self.s = nil
+  return true
+end
+
+-- The device's asynchronous events: dev:event() -> { type = "PORT_ERR", port =,
+-- qp_num = } or nil when none; dev:event_fd() to poll.
+function Dev:event_fd()
+  local fd = C.tbrt_dev_event_fd(self.d)
+  if fd < 0 then return fail(self.d, fd) end
+  return fd
+end
+
+function Dev:event()
+  local ev = ffi.new("tbrt_event")
+  local rc = C.tbrt_dev_event(self.d, ev)
+  if rc < 0 then return fail(self.d, rc) end
+  if rc == 0 then return nil end
+  return { type = EVENT[tonumber(ev.type)] or tonumber(ev.type), port = ev.port,
+    num = ev.num, qp = ev.qp ~= nil and ev.qp or nil, cq = ev.cq ~= nil and ev.cq or nil,
+    srq = ev.srq ~= nil and ev.srq or nil }
 end
 
 function QP:destroy()
@@ -437,9 +527,11 @@ end
 
 -- Poll up to n completions: a list of tables with status names and the
 -- device's text for an error's vendor_err.
-function CQ:poll(n)
+function CQ:poll(n, with_ts)
   n = math.min(n or 16, 64)
-  local got = C.tbrt_cq_poll(self.c, n, self.wc)
+  if with_ts and not self.ts then self.ts = ffi.new("uint64_t[64]") end
+  local got = with_ts and C.tbrt_cq_poll_ts(self.c, n, self.wc, self.ts)
+    or C.tbrt_cq_poll(self.c, n, self.wc)
   if got < 0 then return fail(self.dev.d, got) end
   local out = {}
   for i = 0, got - 1 do
@@ -447,7 +539,7 @@ function CQ:poll(n)
     out[#out + 1] = { wr_id = tonumber(w.wr_id), status = WC_STATUS[tonumber(w.status)] or tonumber(w.status),
       opcode = WC_OPCODE[tonumber(w.opcode)], byte_len = w.byte_len, qp_num = w.qp_num,
       src_qp = w.src_qp, imm = bit.band(w.wc_flags, C.IBV_WC_WITH_IMM) ~= 0 and w.imm_data or nil,
-      vendor_err = w.vendor_err,
+      vendor_err = w.vendor_err, ts_ns = with_ts and tonumber(self.ts[i]) or nil,
       why = w.status ~= 0 and ffi.string(C.tbrt_dev_vendor_err(self.dev.d, w.vendor_err)) or nil }
   end
   return out

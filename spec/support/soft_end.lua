@@ -6,6 +6,10 @@
 --   {"op":"connect","qpn":N,...}                         -> {ok}     (INIT, RTR, RTS)
 --   {"op":"post_recv","len":64}  {"op":"post_send","len":64,"inline":true,"ud_qpn":N}
 --   {"op":"poll","n":1,"timeout":1}                      -> {wcs = {{status, why, ...}}}
+--   {"op":"fetch_add","n":N,"rkey":K,"raddr":A}  N atomics one after another -> {ok}
+--   {"op":"set_port","port":1,"state":"down"|"active"|0}
+--   {"op":"read","offset":0,"len":8}                     -> {data} (the receive buffer)
+--   "open" also takes "atomic":true (REMOTE_ATOMIC) and "iova":"N" for the receive MR
 --   {"op":"state"} {"op":"ping"} {"op":"exit"}
 --   {"op":"fill","buf":"send","byte":90}  {"op":"peek","buf":"recv","off":0,"len":8} -> {bytes}
 -- Across namespaces (the UDP wire): open takes "addr" (this end's IPv4
@@ -51,7 +55,9 @@ function ops.open(r)
   local len = r.mr_len or 65536
   e.sbuf, e.rbuf = ffi.new("uint8_t[?]", len), ffi.new("uint8_t[?]", len)
   ffi.fill(e.sbuf, len, 0x5a)
-  e.smr, e.rmr = assert(e.pd:reg(e.sbuf, len)), assert(e.pd:reg(e.rbuf, len))
+  local access = r.atomic and bit.bor(verbs.ACCESS_ALL, verbs.ACCESS_ATOMIC) or nil
+  e.smr = assert(e.pd:reg(e.sbuf, len))
+  e.rmr = assert(e.pd:reg(e.rbuf, len, access, r.iova and tonumber(r.iova) or nil))
   e.gid = gid_of(r.addr)
   e.sgid = gid_index(dev, e.port, e.gid)
   if not e.sgid then return { err = "no GID for " .. tostring(r.addr) .. " on port " .. e.port } end
@@ -62,7 +68,7 @@ function ops.open(r)
     e.ah = assert(dev:ah{ pd = e.pd, port = e.port, dgid = LOOPBACK, sgid_index = e.sgid })
   end
   return { qpn = e.qp.num, pid = ffi.C.getpid(), send_key = e.smr.lkey, recv_key = e.rmr.lkey,
-    recv_addr = tostring(tonumber(ffi.cast("uintptr_t", e.rbuf))) }  -- a string: JSON keeps 14 digits
+    recv_addr = tostring(tonumber(e.rmr.addr)) }   -- a string: JSON keeps 14 digits
 end
 
 function ops.connect(r)
@@ -109,6 +115,28 @@ function ops.poll(r)
   if not wcs then return { err = err } end
   for _, w in ipairs(wcs) do w.byte_len = tonumber(w.byte_len) ; w.vendor_err = tonumber(w.vendor_err) end
   return { wcs = wcs }
+end
+
+function ops.fetch_add(r)
+  for i = 1, r.n do
+    local ok, err = e.qp:post_send{ mr = e.smr, len = 8, wr_id = i, opcode = "FETCH_AND_ADD",
+      rkey = r.rkey, raddr = tonumber(r.raddr), compare_add = r.add or 1 }
+    if not ok then return { err = err } end
+    local wcs = e.cq:wait(1, 5)
+    if not wcs or #wcs ~= 1 or wcs[1].status ~= "IBV_WC_SUCCESS" then
+      return { err = "atomic " .. i .. ": " .. cjson.encode(wcs or {}) }
+    end
+  end
+  return { ok = true }
+end
+
+function ops.read(r)
+  return { data = ffi.string(e.rbuf + (r.offset or 0), r.len or 8) }
+end
+
+function ops.set_port(r)
+  local ok, err = e.dev:set_port(r.port, r.state)
+  return ok and { ok = true } or { err = err }
 end
 
 function ops.state() return { state = e.qp:state() } end

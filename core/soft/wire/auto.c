@@ -194,13 +194,16 @@ static bool auto_reaches(struct soft_wire *w, const uint8_t gid[16], bool local,
 
 /* ---- memory ------------------------------------------------------------------------ */
 
-static int auto_mr_reg(struct soft_wire *w, void *addr, size_t len, uint32_t access,
-                       uint32_t *key, char *why, size_t whylen)
+static int auto_mr_reg(struct soft_wire *w, void *addr, size_t len, uint64_t iova,
+                       uint32_t access, uint32_t *key, char *why, size_t whylen)
 {
     struct auto_mr *m = calloc(1, sizeof *m);
     if (!m)
         return err_set(why, whylen, ENOMEM, "out of memory");
-    int rc = SHM->mr_reg(w->shm, addr, len, access, key, why, whylen);
+    if (w->udp && iova != (uint64_t)(uintptr_t)addr)
+        return err_set(why, whylen, EOPNOTSUPP, "the udp wire takes no iova other than the "
+                       "address yet");
+    int rc = SHM->mr_reg(w->shm, addr, len, iova, access, key, why, whylen);
     if (rc) {
         free(m);
         return rc;
@@ -288,6 +291,15 @@ static void auto_cq_arm(struct soft_wire_cq *c)
         UDP->cq_arm(c->udp);
 }
 
+/* (merged from verbs2: completions the objects made wake the CQ through
+ * whichever wire beneath has the op) */
+static void auto_cq_wake(struct soft_wire_cq *c)
+{
+    SHM->cq_wake(c->shm);
+    if (c->udp && UDP->cq_wake)
+        UDP->cq_wake(c->udp);
+}
+
 static int auto_cq_ack(struct soft_wire_cq *c)
 {
     int n = SHM->cq_ack(c->shm);
@@ -364,7 +376,7 @@ static void choose(struct soft_wire_qp *q, const struct soft_wire_qp_attr *a)
 {
     struct soft_wire *w = q->w;
     q->on = ON_SHM;
-    if (!gid_here(a->dgid) && udp_up(w)) {
+    if (!gid_here(a->dgid) && !(q->init.srq && !UDP->srq_create) && udp_up(w)) {
         struct soft_wire_qp_init ui = q->init;
         ui.recv_cq = q->recv_cq->udp;
         ui.send_cq = q->send_cq->udp;
@@ -466,6 +478,55 @@ static int auto_send_done(struct soft_wire_qp *q, uint64_t index, struct soft_re
     return SHM->send_done(q->shm, index, r);
 }
 
+/* ---- SRQs and events (merged from verbs2) -------------------------------------------------
+ * Shared receive queues live on the shm wire (the auto wire's SRQ handle is
+ * the shm wire's), and a QP made with one stays on it (the UDP wire has no
+ * SRQs yet). The device's events come from the shm wire's event fd, and
+ * from the UDP wire's when it has one. */
+
+static int auto_srq_create(struct soft_wire *w, const struct soft_wire_srq_init *init,
+                           struct soft_wire_srq **out, uint32_t *srqn, char *why, size_t len)
+{
+    return SHM->srq_create(w->shm, init, out, srqn, why, len);
+}
+
+static void auto_srq_destroy(struct soft_wire_srq *s) { SHM->srq_destroy(s); }
+
+static void auto_srq_post(struct soft_wire_srq *s, uint64_t index, const struct soft_wire_recv *r)
+{
+    SHM->srq_post(s, index, r);
+}
+
+static void auto_srq_arm(struct soft_wire_srq *s, uint32_t limit) { SHM->srq_arm(s, limit); }
+
+static int auto_srq_done(struct soft_wire_srq *s, uint64_t index, struct soft_result *r)
+{
+    return SHM->srq_done(s, index, r);
+}
+
+static int auto_event_fd(struct soft_wire *w) { return SHM->event_fd(w->shm); }
+
+static void auto_event_arm(struct soft_wire *w)
+{
+    SHM->event_arm(w->shm);
+    if (w->udp && UDP->event_arm)
+        UDP->event_arm(w->udp);
+}
+
+static void auto_event_ack(struct soft_wire *w)
+{
+    SHM->event_ack(w->shm);
+    if (w->udp && UDP->event_ack)
+        UDP->event_ack(w->udp);
+}
+
+static void auto_ports_changed(struct soft_wire *w)
+{
+    SHM->ports_changed(w->shm);
+    if (w->udp && UDP->ports_changed)
+        UDP->ports_changed(w->udp);
+}
+
 static void auto_stats(struct soft_wire *w, uint32_t qpn, struct soft_wire_stats *s)
 {
     if (w->udp)
@@ -483,12 +544,22 @@ const struct soft_wire_ops soft_wire_auto = {
     .cq_destroy = auto_cq_destroy,
     .cq_arm = auto_cq_arm,
     .cq_ack = auto_cq_ack,
+    .cq_wake = auto_cq_wake,
+    .srq_create = auto_srq_create,
+    .srq_destroy = auto_srq_destroy,
+    .srq_post = auto_srq_post,
+    .srq_arm = auto_srq_arm,
+    .srq_done = auto_srq_done,
     .qp_create = auto_qp_create,
     .qp_destroy = auto_qp_destroy,
     .qp_modify = auto_qp_modify,
     .post_recv = auto_post_recv,
     .post_send = auto_post_send,
     .progress = auto_progress,
+    .event_fd = auto_event_fd,
+    .event_arm = auto_event_arm,
+    .event_ack = auto_event_ack,
+    .ports_changed = auto_ports_changed,
     .recv_done = auto_recv_done,
     .send_done = auto_send_done,
     .stats = auto_stats,

@@ -27,9 +27,14 @@
  *   - where posted work waits and who executes it (shm: in shared memory,
  *     run by either end; udp: in the wire's own queues, run by the sender);
  *   - message semantics on the way: matching a SEND to the oldest posted
- *     receive, its rules at the receiving end (credit flow, frames must
- *     match, receive too short), RNR and retry timers, RDMA access checks
- *     against the responder's keys, the UD GRH. These are the responder's
+ *     receive (of the QP, or of its shared receive queue), its rules at the
+ *     receiving end (credit flow, frames must match, receive too short),
+ *     RNR and retry timers, RDMA access checks against the responder's
+ *     keys, atomics (the responder's check of key, access and alignment, the
+ *     operation itself, atomic against every other executor, and the
+ *     original value placed in the requester's buffer), the UD GRH
+ *     (soft_grh_build below, so both wires write the same bytes), the SRQ
+ *     limit (noticed where receives are taken). These are the responder's
  *     and requester's behaviour of the transport, and on a packet wire they
  *     happen on either side of the network (the responder checks lengths
  *     and keys, the requester counts retries), so they cannot live above
@@ -37,9 +42,22 @@
  *     values, the ACK timeout formula) are in soft.h's personality data or
  *     here.
  *   - making memory reachable (shm: memfd backings peers map; udp: nothing
- *     beyond its own key table) and the keys of its memory;
+ *     beyond its own key table), the keys of its memory and their address
+ *     space (an MR's iova: SGEs and remote addresses name iova, the wire
+ *     turns them into process addresses);
  *   - wake-ups: a CQ's fd, armed through the wire, readable when the wire
- *     left a result for one of the CQ's queues;
+ *     left a result for one of the CQ's queues, or when the objects made a
+ *     completion themselves (cq_wake); the device's event fd (event_fd),
+ *     readable when progress has an event to report or a port changed state;
+ *   - its timers, which run without the owner calling in: when an RNR retry
+ *     or an ACK timeout is due (or whatever the wire waits for expires), the
+ *     wire makes the fd of the send queue's CQ readable if it is armed, so
+ *     a program asleep on it polls, and the poll's turn (progress) runs the
+ *     retry. One thread per process for every wire and device at most
+ *     (soft_alarm, alarm.h): nothing runs the device from it, it only rings;
+ *     a wire that finds a peer's work waiting on a timer it cannot arm
+ *     itself (shm: running a peer's queue that got an RNR NAK) wakes the
+ *     owner's send CQ instead, so the owner arms it;
  *   - its own checks of whatever reaches it from outside the process (a
  *     peer's shared memory, a packet): a bad value fails that send (a
  *     result saying so) or breaks the queue pair (an event), with a
@@ -58,7 +76,16 @@
  *
  * Nothing below calls up: a wire knows nothing of struct soft_dev or of the
  * verbs objects. It reports through return values, results it is asked for
- * (recv_done / send_done), events from progress, and the corrupt_why text.
+ * (recv_done / send_done / srq_done), events from progress, and the
+ * corrupt_why text.
+ *
+ * What stays the objects': the SRQ's records (wr_id, lengths) and which QP a
+ * result belongs to (checked: it must be attached to that SRQ), the
+ * asynchronous event queue the binding reads (made from the wire's events,
+ * port state changes, CQ overruns, COMM_EST, the last WQE of an SRQ's QP in
+ * ERR), completion timestamps (from the result's stamp), and every check
+ * of a work request that needs no peer (atomic opcodes on RC only, one
+ * 8-byte SGE for the result, SGE counts).
  *
  * ---- Faults ----------------------------------------------------------------
  *
@@ -95,11 +122,15 @@
 
 #include "tbrt.h"
 
-/* Limits every wire supports (the objects check them at post). */
-#define SOFT_MAX_SGE 4
+/* Limits every wire supports (the objects check them at post). SGEs: what
+ * a ConnectX-5 (mlx5) reports as max_sge, so programs sized for one fit
+ * (UCX's ud_verbs asks 6, MPIs ask what the device has). */
+#define SOFT_MAX_SGE 30
 #define SOFT_MAX_INLINE 256
 #define SOFT_MAX_QP_WR 32768    /* the largest queue of any personality */
 #define SOFT_MAX_MR 4095        /* regions per device */
+#define SOFT_MAX_SRQ 1024       /* shared receive queues per device */
+#define SOFT_ATOMIC_SIZE 8      /* atomics act on 8 aligned bytes (IB spec 9.4.5) */
 
 /* TN3205: Thunderbolt RDMA moves 4 KiB frames; queue depths count frames,
  * and a SEND and its RECV must cover the same number. */
@@ -128,17 +159,21 @@ enum soft_verr {
     SOFT_VERR_QKEY,                /* UD: qkey mismatch (dropped) */
     SOFT_VERR_PORT_DOWN,           /* a port on the path is not ACTIVE */
     SOFT_VERR_CORRUPT,             /* a bad value from outside the process */
+    SOFT_VERR_ALIGN,               /* atomic: remote_addr not 8-byte aligned */
+    SOFT_VERR_ATOMIC_ACCESS,       /* atomic: the region lacks REMOTE_ATOMIC */
 };
 
 struct soft_faults;
 struct soft_wire;               /* a wire opened for one device */
 struct soft_wire_qp;            /* the wire's half of a queue pair */
 struct soft_wire_cq;            /* the wire's half of a completion queue (its wake-up) */
+struct soft_wire_srq;           /* the wire's half of a shared receive queue */
 
 /* What finished work reports: the wire fills it; the objects check it
  * against their records and make the completion. */
 struct soft_result {
-    uint64_t stamp;             /* soft_stamp() when it finished: ordering only */
+    uint64_t stamp;             /* soft_stamp() when it finished: the order of a CQ's
+                                   completions, and their timestamps (soft_stamp_ns) */
     uint32_t byte_len;          /* receives: bytes placed (sends: ignored) */
     uint32_t vendor_err;        /* SOFT_VERR_* (soft.h) */
     uint32_t imm;               /* network order, as posted */
@@ -146,6 +181,8 @@ struct soft_result {
     uint8_t status;             /* enum ibv_wc_status */
     uint8_t opcode;             /* receives: IBV_WC_RECV or IBV_WC_RECV_RDMA_WITH_IMM */
     uint16_t wc_flags;          /* IBV_WC_GRH | IBV_WC_WITH_IMM */
+    uint32_t qp_num;            /* SRQ receives: the QP that received it (the objects
+                                   check it is one of the SRQ's); otherwise 0 */
 };
 
 /* A cheap clock shared by the processes of a host, for stamps (the TSC
@@ -169,6 +206,18 @@ static inline uint64_t soft_stamp(void)
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 #endif
+
+/* A stamp as CLOCK_MONOTONIC nanoseconds (completion timestamps): the
+ * objects convert with a rate measured once per process (wire/stamp.c). */
+uint64_t soft_stamp_ns(uint64_t stamp);
+
+/* The 40 bytes in front of a UD receive (IB spec 8.3, RoCE v2): an IPv6
+ * header between IPv6 GIDs; between IPv4-mapped GIDs (::ffff:a.b.c.d) the
+ * first 20 bytes are zero and an IPv4 header fills the last 20, as RoCE v2
+ * NICs deliver it. Both wires write exactly this (wire/grh.c). */
+#define SOFT_GRH_BYTES 40
+void soft_grh_build(uint8_t grh[SOFT_GRH_BYTES], const uint8_t sgid[16], const uint8_t dgid[16],
+                    uint32_t payload_len);
 
 /* How a device's personality shapes delivery, and what the wire needs to
  * know of the device. */
@@ -209,8 +258,17 @@ struct soft_wire_stats {
 /* A queue pair, as created. */
 struct soft_wire_qp_init {
     uint32_t qp_type;           /* IBV_QPT_RC, UC, UD */
-    uint32_t rq_cap, sq_cap;    /* slots (the objects enforce the depths) */
+    uint32_t rq_cap, sq_cap;    /* slots (the objects enforce the depths); rq_cap is
+                                   1 and unused with an SRQ */
     struct soft_wire_cq *recv_cq, *send_cq;
+    struct soft_wire_srq *srq;  /* receives come from this SRQ (NULL: its own queue) */
+    void *cookie;               /* given back in events */
+};
+
+/* A shared receive queue, as created: several QPs of the device take their
+ * receives from it, oldest first, whichever QP a message arrives at. */
+struct soft_wire_srq_init {
+    uint32_t cap;               /* slots (the objects enforce max_wr) */
     void *cookie;               /* given back in events */
 };
 
@@ -243,10 +301,12 @@ struct soft_wire_send {
     uint32_t send_flags;
     uint32_t imm_data;
     uint32_t num_sge;
-    const struct ibv_sge *sge;
+    const struct ibv_sge *sge;  /* atomics: one SGE of 8 bytes, the original value's place */
     uint64_t total;
-    uint64_t remote_addr;       /* RDMA */
+    uint64_t remote_addr;       /* RDMA and atomics (in the responder MR's iova) */
     uint32_t rkey;
+    uint64_t compare_add;       /* atomics: CMP_AND_SWP's compare, FETCH_AND_ADD's add */
+    uint64_t swap;              /* atomics: CMP_AND_SWP's new value */
     uint32_t remote_qpn, remote_qkey; /* UD */
     uint8_t dgid[16], sgid[16]; /* UD: from the address handle, the source GID resolved */
     uint32_t flags;             /* SOFT_SEND_* */
@@ -256,10 +316,24 @@ struct soft_wire_send {
 enum soft_wire_event_kind {
     SOFT_WIRE_ERR = 1,          /* the QP went to ERR (a peer said so, or a send failed) */
     SOFT_WIRE_BROKEN,           /* a bad value from outside: corrupt_why says which */
+    SOFT_WIRE_SRQ_LIMIT,        /* an SRQ's armed limit was crossed (cookie: the SRQ's);
+                                   the limit is disarmed */
+};
+/* Why a QP went to ERR (SOFT_WIRE_ERR), for the asynchronous event the
+ * objects report: a failed send of ours says so in its completion (NONE);
+ * as a responder, a peer's request broke the rules (REQ: too long for the
+ * receive, an opcode it may not send; ACCESS: a bad rkey, range or access
+ * right); anything else the peer or the wire could not say (FATAL). */
+enum soft_wire_cause {
+    SOFT_WIRE_CAUSE_NONE = 0,
+    SOFT_WIRE_CAUSE_FATAL,      /* IBV_EVENT_QP_FATAL */
+    SOFT_WIRE_CAUSE_REQ,        /* IBV_EVENT_QP_REQ_ERR */
+    SOFT_WIRE_CAUSE_ACCESS,     /* IBV_EVENT_QP_ACCESS_ERR */
 };
 struct soft_wire_event {
-    void *cookie;               /* the QP's, from soft_wire_qp_init */
+    void *cookie;               /* the QP's (or SRQ's), from its init */
     int kind;
+    int cause;                  /* SOFT_WIRE_ERR: enum soft_wire_cause */
 };
 
 struct soft_wire_ops {
@@ -272,10 +346,11 @@ struct soft_wire_ops {
     bool (*reaches)(struct soft_wire *w, const uint8_t gid[16], bool local, char *why,
                     size_t len);
 
-    /* Memory: make [addr, addr+len) reachable with these IBV_ACCESS_* bits;
-     * the key (lkey = rkey) in *key. */
-    int (*mr_reg)(struct soft_wire *w, void *addr, size_t len, uint32_t access, uint32_t *key,
-                  char *why, size_t whylen);
+    /* Memory: make [addr, addr+len) reachable with these IBV_ACCESS_* bits,
+     * named by SGEs and remote addresses as [iova, iova+len) (iova = addr
+     * for ibv_reg_mr); the key (lkey = rkey) in *key. */
+    int (*mr_reg)(struct soft_wire *w, void *addr, size_t len, uint64_t iova, uint32_t access,
+                  uint32_t *key, char *why, size_t whylen);
     void (*mr_dereg)(struct soft_wire *w, uint32_t key);
 
     /* Completion queues: the wake-up (its fd in *fd), arming it, draining it. */
@@ -284,6 +359,26 @@ struct soft_wire_ops {
     void (*cq_destroy)(struct soft_wire_cq *c);
     void (*cq_arm)(struct soft_wire_cq *c);
     int (*cq_ack)(struct soft_wire_cq *c);
+    /* The objects made completions of this CQ themselves, not from a
+     * result the wire left (the flushes of a QP moved to ERR, a work
+     * request posted to a QP in ERR): make the fd readable if the CQ is
+     * armed, and disarm it, exactly as the wire does when it leaves a
+     * result. Called by the owner, in its own thread. */
+    void (*cq_wake)(struct soft_wire_cq *c);
+
+    /* Shared receive queues; the SRQ number in *srqn. */
+    int (*srq_create)(struct soft_wire *w, const struct soft_wire_srq_init *init,
+                      struct soft_wire_srq **out, uint32_t *srqn, char *why, size_t len);
+    void (*srq_destroy)(struct soft_wire_srq *s);
+    /* Receive `index` of the SRQ (as post_recv, same slot rule). */
+    void (*srq_post)(struct soft_wire_srq *s, uint64_t index, const struct soft_wire_recv *r);
+    /* Arm the limit: once fewer than `limit` posted receives wait (counted
+     * as `posted` - taken, posted being what the objects posted so far), a
+     * SOFT_WIRE_SRQ_LIMIT event comes from progress, and the event fd wakes;
+     * 0 disarms. Armed when already below: the event comes at once. */
+    void (*srq_arm)(struct soft_wire_srq *s, uint32_t limit);
+    /* As recv_done, for the SRQ's receive `index`: r->qp_num says which QP. */
+    int (*srq_done)(struct soft_wire_srq *s, uint64_t index, struct soft_result *r);
 
     /* Queue pairs; the QPN in *qpn. */
     int (*qp_create)(struct soft_wire *w, const struct soft_wire_qp_init *init,
@@ -302,6 +397,16 @@ struct soft_wire_ops {
     /* The hardware's turn: move what can move. Up to max events in ev;
      * returns how many. */
     int (*progress)(struct soft_wire *w, struct soft_wire_event *ev, int max);
+    /* The device's event fd: readable when progress may have an event (a
+     * peer moved one of our QPs to ERR, an SRQ limit was crossed) or some
+     * process of the host changed a port state (ports_changed). Armed by
+     * event_arm; reading it is event_ack's. */
+    int (*event_fd)(struct soft_wire *w);
+    void (*event_arm)(struct soft_wire *w);
+    void (*event_ack)(struct soft_wire *w);
+    /* This process changed a port state (soft_faults_set_port): wake the
+     * event fd of every device of the host that may see it. */
+    void (*ports_changed)(struct soft_wire *w);
     /* Has work `index` of this queue finished? 1 with its result in *r (then
      * it is the objects': the wire forgets it), 0 not yet, -1 a bad value
      * (corrupt_why says which; the objects break the QP). Asked in order:

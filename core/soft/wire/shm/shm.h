@@ -12,6 +12,13 @@
  *   memory    registering memory swaps its pages for a memfd mapping with the
  *             same contents at the same address, so a peer can map the
  *             registered range and copy straight into it (shm_mem.c).
+ *   SRQs      a shared receive queue is a block of its own in the context;
+ *             a QP made with one names it in its block, and senders take
+ *             receives from it as from a QP's own queue (shm_srq.c).
+ *   events    a peer that moved one of our QPs to ERR, or crossed an SRQ's
+ *             limit, rings the context's event doorbell (and the QP's CQs):
+ *             a sleeping owner wakes and takes its turn (shm_event.c). The
+ *             wire's timers ring the send CQ's doorbell (soft_alarm).
  *
  * A transfer is one memcpy from the sender's registered buffer into the
  * receiver's posted buffer (the "DMA"), then a result in each end's queue
@@ -58,11 +65,14 @@
  * names the field in cfg->corrupt_why); it never crashes, hangs or makes a
  * process allocate. */
 
+#include "soft/wire/alarm.h"
+
 #define SHM_CTX_MAGIC 0x54464f5354524254ull /* "TBRTSOFT" */
-#define SHM_CTX_VERSION 2
+#define SHM_CTX_VERSION 3
 #define SHM_CTX_SIZE (256ull << 20)         /* sparse: pages appear on use */
 #define SHM_MR_MAX (SOFT_MAX_MR + 1) /* entry 0 is never used: keys are never 0 */
-#define SHM_MAX_CQ 1024                     /* doorbells per context */
+#define SHM_MAX_CQ 1024                     /* CQ doorbells per context */
+#define SHM_EVENT_DB SHM_MAX_CQ             /* the doorbell after them: device events */
 #define SHM_PAGE 4096u
 
 /* Fields written by different processes sit on separate cache lines, so a
@@ -81,6 +91,7 @@ struct shm_mr_entry {
     uint64_t addr;              /* virtual address in the owner */
     uint64_t length;
     uint64_t fd_off;            /* where addr sits inside the memfd */
+    uint64_t iova;              /* what SGEs and remote addresses call addr */
 };
 
 struct shm_ctx_hdr {
@@ -99,10 +110,11 @@ struct shm_doorbell {
     SHM_OWN_LINE _Atomic uint32_t armed;
 };
 
-/* A context segment: the header page, the doorbells, the MR table, then
- * queue pair blocks (page aligned, from SHM_CTX_DATA_OFF). */
+/* A context segment: the header page, the doorbells (the CQs', then the
+ * event doorbell), the MR table, then queue pair and SRQ blocks (page
+ * aligned, from SHM_CTX_DATA_OFF). */
 #define SHM_CTX_DB_OFF SHM_PAGE
-#define SHM_CTX_MR_OFF (SHM_CTX_DB_OFF + SHM_MAX_CQ * sizeof(struct shm_doorbell))
+#define SHM_CTX_MR_OFF (SHM_CTX_DB_OFF + (SHM_MAX_CQ + 1) * sizeof(struct shm_doorbell))
 #define SHM_CTX_DATA_OFF                                                                \
     ((SHM_CTX_MR_OFF + SHM_MR_MAX * sizeof(struct shm_mr_entry) + SHM_PAGE - 1) &   \
      ~(uint64_t)(SHM_PAGE - 1))
@@ -156,6 +168,7 @@ struct shm_swr {
     uint32_t imm_data;          /* as given (network order) */
     uint32_t num_sge;
     uint64_t remote_addr;
+    uint64_t compare_add, swap; /* atomics */
     uint32_t rkey;
     uint32_t remote_qpn;        /* UD */
     uint32_t remote_qkey;       /* UD */
@@ -171,15 +184,29 @@ struct shm_swr {
     uint8_t sgid[16];           /* UD: our GID it names, for the GRH */
     uint32_t flags;             /* SOFT_SEND_* */
     uint32_t pad3;
+    /* the gather list: only num_sge entries are written and read */
     struct ibv_sge sge[SOFT_MAX_SGE];
     uint8_t inl[SOFT_MAX_INLINE]; /* IBV_SEND_INLINE data, copied at post */
 };
+
+/* Copy a send slot's fixed part and its gather list into a local, reading
+ * no more SGEs than num_sge says (checked first). false: num_sge is
+ * impossible (nothing of the list copied). */
+static inline bool shm_swr_copy(struct shm_swr *to, const struct shm_swr *from)
+{
+    memcpy(to, from, offsetof(struct shm_swr, sge));
+    if (to->num_sge > SOFT_MAX_SGE)
+        return false;
+    memcpy(to->sge, from->sge, to->num_sge * sizeof from->sge[0]);
+    return true;
+}
 
 /* The shared half of a queue pair: state, receive queue, send queue. */
 struct shm_qp_block {
     /* read mostly; the owner's copies are the truth */
     _Atomic uint32_t state;     /* enum ibv_qp_state */
-    _Atomic uint32_t remote_err; /* set by whoever moved it to ERR remotely */
+    _Atomic uint32_t remote_err; /* set by whoever moved it to ERR remotely: the
+                                    soft_wire_cause (why), 0 when not */
     uint32_t qpn;               /* 0 once destroyed */
     uint32_t qp_type;
     uint32_t rq_cap;            /* slots in rq[]; shm_swr[sq_cap] follow */
@@ -191,6 +218,7 @@ struct shm_qp_block {
     uint8_t timeout, retry_cnt, rnr_retry, mtu;
     uint8_t port;               /* its port and device (soft<dev>), for link state */
     uint8_t dev_index;
+    uint64_t srq_off;           /* its SRQ's block in the context; 0: the rq below */
     /* receive queue: senders take the slot at rq_cons once its seq says
      * it is posted */
     SHM_OWN_LINE _Atomic uint64_t rq_cons;     /* senders: next slot to take (CAS) */
@@ -214,6 +242,27 @@ static inline size_t shm_sq_offset(uint32_t rq_cap)
 static inline size_t shm_qp_bytes(uint32_t rq_cap, uint32_t sq_cap)
 {
     return shm_sq_offset(rq_cap) + (size_t)sq_cap * sizeof(struct shm_swr);
+}
+
+/* A shared receive queue's block: senders to any QP made with it take its
+ * receives (a CAS on rq_cons) and, after taking one, look whether fewer
+ * than the armed limit wait: then they disarm it (a CAS to 0) and ring the
+ * owner's event doorbell. */
+#define SHM_SRQ_MAGIC 0x51525354u  /* "TSRQ" */
+struct shm_srq_block {
+    uint32_t magic;             /* 0 once destroyed */
+    uint32_t srqn;
+    uint32_t cap;               /* slots in rq[] */
+    uint32_t pad;
+    SHM_OWN_LINE _Atomic uint64_t prod;     /* owner: receives posted so far */
+    _Atomic uint32_t limit;                 /* owner arms, a sender disarms; 0: none */
+    SHM_OWN_LINE _Atomic uint64_t rq_cons;  /* senders: next slot to take (CAS) */
+    struct shm_rqe rq[];
+};
+
+static inline size_t shm_srq_bytes(uint32_t cap)
+{
+    return sizeof(struct shm_srq_block) + (size_t)cap * sizeof(struct shm_rqe);
 }
 
 /* ---- the fabric registry ------------------------------------------------ */
@@ -253,9 +302,11 @@ struct shm_registry {
 struct shm_view {
     struct shm_peer *peer;     /* NULL: no view */
     struct shm_qp_block *sh;
-    struct shm_rqe *rq;
+    struct shm_rqe *rq;         /* the QP's receive queue, or its SRQ's */
+    _Atomic uint64_t *rq_cons;
+    struct shm_srq_block *srq;  /* NULL: its own queue */
     struct shm_swr *sq;
-    struct shm_doorbell *recv_db, *send_db;
+    struct shm_doorbell *recv_db, *send_db, *event_db;
     uint32_t qpn, qp_type, rq_cap, sq_cap;
     uint32_t recv_dbi, send_dbi;
     int32_t pid;
@@ -282,6 +333,9 @@ struct soft_wire {
     struct shm_ctx_free *ctx_free;
     uint64_t attention_seen;
     int wake_fd;                /* unbound datagram socket for wake-ups */
+    int event_fd;               /* our event doorbell's socket (shm_event.c) */
+    struct shm_doorbell *event_db;
+    struct soft_wire_srq *srqs;
     struct shm_peer *self;      /* this context as a peer (executing own queues) */
     struct shm_peer *peers;
     /* objects */
@@ -298,6 +352,32 @@ struct soft_wire_cq {
     uint32_t db;                /* doorbell index in our context */
     struct shm_doorbell *dbp;
     int fd;
+    struct soft_alarm alarm;    /* a timer of one of its send queues rings it */
+};
+
+/* Our receives of a queue (a QP's own or an SRQ's) as the owner reaps them:
+ * what it posted and the state of its checks (shm_wire.c). */
+struct shm_rq_own {
+    struct shm_rqe *rq;
+    _Atomic uint64_t *cons;
+    uint32_t cap;
+    uint64_t prod;              /* posted */
+    bool many_senders;          /* UD, SRQ: a dead sender's taken receive is taken back */
+    unsigned idle;              /* empty reaps since cons was last checked */
+    uint64_t stall_ns;
+};
+
+struct soft_wire_srq {
+    struct soft_wire *w;
+    struct soft_wire_srq *next;
+    void *cookie;
+    struct shm_srq_block *sh;
+    uint64_t sh_off;
+    size_t sh_bytes;
+    uint32_t srqn, cap;
+    struct shm_rq_own own;
+    uint32_t limit;             /* armed (ours is the truth), 0: none */
+    bool limit_hit;             /* for the next progress */
 };
 
 /* What events a queue pair has for the objects (progress reports them). */
@@ -313,19 +393,20 @@ struct soft_wire_qp {
     uint32_t qpn, qp_type, rq_cap, sq_cap;
     struct soft_wire_qp_attr a; /* the truth (the block has copies for peers) */
     struct soft_wire_cq *recv_cq, *send_cq;
-    uint64_t rq_prod, sq_tail;  /* what the objects posted */
+    struct soft_wire_srq *srq;  /* receives come from it */
+    struct shm_rq_own rq_own;   /* our own receive queue (unused with an SRQ) */
+    uint64_t sq_tail;           /* what the objects posted */
     uint64_t sq_reaped;         /* the sends the objects took */
     uint64_t sq_stop;           /* in ERR: sends from here on are flushed */
     bool stopped;               /* in ERR: nothing more executes */
     uint8_t events;             /* SHM_EV_*, for the next progress */
+    uint8_t err_cause;          /* SHM_EV_ERR: the soft_wire_cause a peer gave */
     struct shm_view self;       /* this QP as an executor sees it */
     /* connected peer (RC/UC) */
     struct shm_view peer;
     uint64_t peer_checked_ns;
     uint64_t lock_checked_ns;   /* last look for a dead holder of our SQ lock */
     unsigned alive_tick;        /* look at the clock every 64th send */
-    unsigned rq_idle;           /* empty reaps since rq_cons was last checked */
-    uint64_t rq_stall_ns;       /* UD: when a taken receive stopped the reaping */
 };
 
 /* ---- functions across the files ---------------------------------------------- */
@@ -374,11 +455,49 @@ void shm_ring(struct soft_wire *w, struct shm_peer *peer, struct shm_doorbell *d
 int shm_wake_addr(struct soft_wire *w, int32_t pid, uint64_t ctx_id, uint32_t dbi,
                   struct sockaddr_un *a, socklen_t *len);
 
+/* shm_rq.c: our receive queues (a QP's or an SRQ's) */
+void shm_rq_post(struct shm_rq_own *o, uint64_t index, const struct soft_wire_recv *r);
+/* recv_done for one of them (who: "QP 0x.." / "SRQ 0x.." for messages;
+ * stopped: the QP is in ERR, flush what has not finished). */
+int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *who, bool stopped,
+                uint64_t c, struct soft_result *r);
+/* RESET: nothing posted looks posted any more; cons catches up. */
+void shm_rq_reset(struct shm_rq_own *o);
+/* A sender is writing the result of receive c (a few stores): wait for it,
+ * bounded (it may have died in between). */
+bool shm_rq_writing_ends(struct shm_rqe *e, uint64_t c);
+
+/* shm_srq.c: wire.h's srq_* ops */
+int shm_srq_create(struct soft_wire *w, const struct soft_wire_srq_init *init,
+                   struct soft_wire_srq **out, uint32_t *srqn, char *why, size_t len);
+void shm_srq_destroy(struct soft_wire_srq *s);
+void shm_srq_post(struct soft_wire_srq *s, uint64_t index, const struct soft_wire_recv *r);
+void shm_srq_arm(struct soft_wire_srq *s, uint32_t limit);
+int shm_srq_done(struct soft_wire_srq *s, uint64_t index, struct soft_result *r);
+/* Progress: the SRQs whose limit was crossed, as events (up to max). */
+int shm_srq_events(struct soft_wire *w, struct soft_wire_event *ev, int max);
+/* A sender took receive k of the SRQ behind view t: the limit's check. */
+void shm_srq_taken(struct soft_wire *w, struct shm_view *t, uint64_t k);
+
+/* shm_event.c: the event doorbell, port changes, CQ alarms, wake sockets */
+int shm_wake_bind(struct soft_wire *w, uint32_t db);
+void shm_wake_unbind(struct soft_wire *w, int fd, uint32_t db);
+int shm_event_open(struct soft_wire *w, char *why, size_t len);
+void shm_event_close(struct soft_wire *w);
+int shm_event_fd(struct soft_wire *w);
+void shm_event_arm(struct soft_wire *w);
+void shm_event_ack(struct soft_wire *w);
+void shm_ports_changed(struct soft_wire *w);
+void shm_cq_alarm_init(struct soft_wire_cq *c);
+/* Ring the CQ's doorbell at due_ns (or sooner if already set so). */
+void shm_cq_alarm_at(struct soft_wire_cq *c, uint64_t due_ns);
+
 /* shm_mem.c */
-int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint32_t access, uint32_t *key,
-               char *why, size_t whylen);
+int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint64_t iova, uint32_t access,
+               uint32_t *key, char *why, size_t whylen);
 void shm_mr_dereg(struct soft_wire *w, uint32_t key);
-/* Resolve an SGE of our own keys against our records. */
+/* Resolve an SGE of our own keys (iova) against our records: the process
+ * address in *out. */
 int shm_local_mem(struct soft_wire *w, uint32_t lkey, uint64_t addr, uint64_t len,
                   uint32_t need_access, void **out);
 /* Seal a memfd that peers map so it can never shrink under them. */
@@ -397,6 +516,7 @@ struct shm_exec {
     /* the sender's attributes, read once (the owner's records when local) */
     uint8_t rnr_retry, port, dev_index;
     uint64_t now;                   /* 0 until needed: the clock is not free */
+    uint64_t wake_ns;               /* SHM_WAIT on a timer: when to try again (0: none) */
     uint64_t index;                 /* the send being run */
     struct soft_result res;         /* and how it finished */
     bool peer_bad;                  /* the connected peer's lookup found a bad value */
@@ -424,8 +544,10 @@ int shm_exec_broken(struct shm_exec *e, bool in_target, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int shm_exec_fail(struct shm_exec *e, enum ibv_wc_status st, uint32_t verr);
 uint64_t shm_exec_now(struct shm_exec *e);
-/* Tell a QP's owner it went to ERR; the owner stops it on its next turn. */
-void shm_mark_err(struct shm_view *v);
+/* Tell a QP's owner it went to ERR (cause: enum soft_wire_cause, why); the
+ * owner stops it on its next turn, which the doorbells rung here wake it
+ * for. */
+void shm_mark_err(struct soft_wire *w, struct shm_view *v, int cause);
 
 /* shm_exec.c: executing one send queue, as its owner or as the receiver
  * the sender is connected to (on behalf of our QP `target`). */

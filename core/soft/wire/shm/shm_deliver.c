@@ -36,6 +36,9 @@ static const uint32_t rnr_us[32] = {
 
 /* How often a sender re-checks that its peer's process is alive. */
 #define PEER_CHECK_NS 1000000ull
+/* How often a send with nobody to take it looks again, asleep (the peer
+ * may come up; the ACK timeout may be further away). */
+#define NO_PEER_RETRY_NS 10000000ull
 
 /* Who owns the memory a text is about. */
 static void owner_text(const struct shm_view *v, char *out, size_t len)
@@ -163,12 +166,16 @@ static int no_peer(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
         return SHM_DONE;
     if (!w->first_try_ns)
         slot->first_try_ns = w->first_try_ns = shm_exec_now(e);
-    if (q->a.timeout == 0)
+    uint64_t again = shm_exec_now(e) + NO_PEER_RETRY_NS;
+    if (q->a.timeout == 0) {
+        e->wake_ns = again;
         return SHM_WAIT;            /* timeout 0: wait forever */
+    }
     uint64_t limit = 4096ull * (1ull << q->a.timeout) * (q->a.retry_cnt + 1u);
     if (shm_exec_now(e) - w->first_try_ns >= limit)
         return shm_exec_fail(e, IBV_WC_RETRY_EXC_ERR,
                          e->tv && !path_up(e) ? SOFT_VERR_PORT_DOWN : SOFT_VERR_PEER_GONE);
+    e->wake_ns = TBRT_MIN(w->first_try_ns + limit, again);
     return SHM_WAIT;
 }
 
@@ -186,6 +193,7 @@ static int no_receive(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *
     }
     uint8_t timer = e->tv->sh->min_rnr_timer;
     slot->next_try_ns = w->next_try_ns = shm_exec_now(e) + rnr_us[timer & 31] * 1000ull;
+    e->wake_ns = w->next_try_ns;
     return SHM_WAIT;
 }
 
@@ -200,6 +208,7 @@ static void recv_done(struct shm_exec *e, uint64_t c, const struct soft_result *
         return;                 /* flushed or reset: the result has no one to go to */
     memcpy(&slot->res, r, sizeof *r);
     slot->res.stamp = soft_stamp();
+    slot->res.qp_num = e->tv->qpn;  /* an SRQ's owner needs to know which QP */
     atomic_store_explicit(&slot->seq, (c + 1) | SHM_RQE_DONE, memory_order_release);
     shm_ring(e->w, e->tv->peer, e->tv->recv_db, e->tv->recv_dbi);
 }
@@ -218,7 +227,7 @@ static bool receive_waiting(struct shm_exec *e)
 {
     struct shm_view *t = e->tv;
     for (int asked = 0; asked < 2; asked++) {
-        uint64_t k = atomic_load_explicit(&t->sh->rq_cons, memory_order_acquire);
+        uint64_t k = atomic_load_explicit(t->rq_cons, memory_order_acquire);
         if (shm_rq_posted(t->rq, t->rq_cap, k))
             return true;
         atomic_store(&t->sh->help_wanted, 1);
@@ -236,7 +245,7 @@ static int take_receive(struct shm_exec *e, struct shm_rqe *r, uint64_t *c, bool
     bool asked = false;
     *none = false;
     for (;;) {
-        uint64_t k = atomic_load_explicit(&t->sh->rq_cons, memory_order_acquire);
+        uint64_t k = atomic_load_explicit(t->rq_cons, memory_order_acquire);
         if (!shm_rq_posted(t->rq, t->rq_cap, k)) {
             if (asked || !ask) {
                 *none = true;
@@ -252,10 +261,12 @@ static int take_receive(struct shm_exec *e, struct shm_rqe *r, uint64_t *c, bool
             continue;
         }
         bool sane = shm_rqe_copy(r, &t->rq[k % t->rq_cap]);
-        if (!atomic_compare_exchange_weak_explicit(&t->sh->rq_cons, &k, k + 1,
+        if (!atomic_compare_exchange_weak_explicit(t->rq_cons, &k, k + 1,
                                                    memory_order_acq_rel, memory_order_relaxed))
             continue;
         *c = k;
+        if (t->srq)
+            shm_srq_taken(e->w, t, k);
         /* the next message will want the next receive: start fetching its
          * line (the owner wrote it) now, off the next message's path */
         __builtin_prefetch(&t->rq[(k + 1) % t->rq_cap], 0, 3);
@@ -278,11 +289,48 @@ static int take_receive(struct shm_exec *e, struct shm_rqe *r, uint64_t *c, bool
     }
 }
 
+/* An atomic at the responder (IB spec 9.4.5): 8 aligned bytes of an MR
+ * with REMOTE_ATOMIC, changed with a CPU atomic on the shared mapping, so
+ * it is atomic against every other executor of any process (and the
+ * CPU's own); the original value goes into the requester's SGE (orig). */
+static int atomic_op(struct shm_exec *e, const struct shm_swr *w, void *orig)
+{
+    if (w->remote_addr % SOFT_ATOMIC_SIZE) {
+        shm_mark_err(e->w, e->tv, SOFT_WIRE_CAUSE_REQ);
+        return shm_exec_fail(e, IBV_WC_REM_INV_REQ_ERR, SOFT_VERR_ALIGN);
+    }
+    void *remote = NULL;
+    int mrc = shm_peer_mem(e->w, e->tv->peer, w->rkey, w->remote_addr, SOFT_ATOMIC_SIZE,
+                           IBV_ACCESS_REMOTE_ATOMIC, &remote, e->why, sizeof e->why);
+    if (mrc == -EBADMSG)
+        return shm_exec_broken(e, true, "%s", e->why);
+    if (mrc) {
+        shm_mark_err(e->w, e->tv, SOFT_WIRE_CAUSE_ACCESS);
+        return shm_exec_fail(e, IBV_WC_REM_ACCESS_ERR, SOFT_VERR_ATOMIC_ACCESS);
+    }
+    if ((uintptr_t)remote % SOFT_ATOMIC_SIZE) {
+        /* an iova aligned where the memory is not: no atomic can act there */
+        shm_mark_err(e->w, e->tv, SOFT_WIRE_CAUSE_REQ);
+        return shm_exec_fail(e, IBV_WC_REM_INV_REQ_ERR, SOFT_VERR_ALIGN);
+    }
+    uint64_t *p = remote, old;
+    if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+        old = w->compare_add;
+        __atomic_compare_exchange_n(p, &old, w->swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    } else {
+        old = __atomic_fetch_add(p, w->compare_add, __ATOMIC_SEQ_CST);
+    }
+    memcpy(orig, &old, sizeof old);
+    return SHM_DONE;
+}
+
 int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
 {
     uint32_t op = w->opcode;
     void *src[SOFT_MAX_SGE];
-    uint32_t need = op == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0;
+    bool into_local = op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                      op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+    uint32_t need = into_local ? IBV_ACCESS_LOCAL_WRITE : 0;
     int grc = gather(e, slot, w, src, need);
     if (grc == -EBADMSG)
         return shm_exec_broken(e, false, "%s", e->why);
@@ -304,6 +352,10 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
     if (w->next_try_ns && shm_exec_now(e) < w->next_try_ns) {
         /* an RNR NAK's timer is running: the target's next turn may retry */
         atomic_store(&e->tv->sh->help_wanted, 1);
+        /* the owner armed its alarm when the timer started (a peer that
+         * started it rang the owner then): no second ring per try */
+        if (e->local)
+            e->wake_ns = w->next_try_ns;
         return SHM_WAIT;
     }
     bool rc = e->sv->qp_type == IBV_QPT_RC;
@@ -317,6 +369,9 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
         return SHM_DONE;
     }
 
+    if (op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD)
+        return atomic_op(e, w, src[0]);
+
     if (op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ) {
         uint32_t acc = op == IBV_WR_RDMA_READ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
         void *remote = NULL;
@@ -328,7 +383,7 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
         if (mrc) {
             if (!rc)
                 return SHM_DONE;    /* UC: a bad rkey drops the message */
-            shm_mark_err(e->tv);
+            shm_mark_err(e->w, e->tv, SOFT_WIRE_CAUSE_ACCESS);
             return shm_exec_fail(e, IBV_WC_REM_ACCESS_ERR, SOFT_VERR_RKEY);
         }
         uint64_t off = 0;
@@ -365,7 +420,7 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
             recv_err(e, c, IBV_WC_LOC_LEN_ERR, SOFT_VERR_RECV_SHORT);
             if (!rc)
                 return SHM_DONE;
-            shm_mark_err(e->tv);
+            shm_mark_err(e->w, e->tv, SOFT_WIRE_CAUSE_NONE);  /* its completion says so */
             return shm_exec_fail(e, IBV_WC_REM_INV_REQ_ERR, SOFT_VERR_REMOTE);
         }
         uint32_t verr = 0;
@@ -378,7 +433,7 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
             recv_err(e, c, IBV_WC_LOC_PROT_ERR, verr);
             if (!rc)
                 return SHM_DONE;
-            shm_mark_err(e->tv);
+            shm_mark_err(e->w, e->tv, SOFT_WIRE_CAUSE_NONE);  /* its completion says so */
             return shm_exec_fail(e, IBV_WC_REM_OP_ERR, SOFT_VERR_REMOTE);
         }
     }
@@ -441,21 +496,16 @@ int shm_deliver_ud(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
         e->tv = NULL;
         return SHM_DONE;            /* no receive: dropped */
     }
-    enum { GRH = 40 };
+    enum { GRH = SOFT_GRH_BYTES };
     if (r.total < GRH + w->total) {
         recv_err(e, c, IBV_WC_LOC_LEN_ERR, SOFT_VERR_RECV_SHORT);
         e->tv = NULL;
         return SHM_DONE;
     }
-    /* the GRH: version 6, payload length, next header, hop limit, GIDs */
+    /* the GRH as every wire writes it (IPv6, or IPv4 between IPv4 GIDs) */
     struct shm_swr hdr = {.total = GRH, .send_flags = IBV_SEND_INLINE, .num_sge = 1};
-    uint8_t grh[GRH] = {0x60};
-    grh[4] = (uint8_t)(w->total >> 8);
-    grh[5] = (uint8_t)w->total;
-    grh[6] = 0x1b;
-    grh[7] = 64;
-    memcpy(grh + 8, w->sgid, 16);
-    memcpy(grh + 24, w->dgid, 16);
+    uint8_t grh[GRH];
+    soft_grh_build(grh, w->sgid, w->dgid, (uint32_t)w->total);
     void *hp[1] = {grh};
     uint32_t verr = 0;
     int src_rc = scatter(e, &hdr, hp, &r, 0, &verr);

@@ -34,11 +34,19 @@ int shm_exec_fail(struct shm_exec *e, enum ibv_wc_status st, uint32_t verr)
     return SHM_FAILED;
 }
 
-void shm_mark_err(struct shm_view *v)
+void shm_mark_err(struct soft_wire *w, struct shm_view *v, int cause)
 {
-    atomic_store(&v->sh->remote_err, 1);
+    /* the first cause stays (cause + 1: 0 means not marked) */
+    uint32_t none = 0;
+    atomic_compare_exchange_strong(&v->sh->remote_err, &none, (uint32_t)cause + 1);
     struct shm_ctx_hdr *h = shm_peer_at(v->peer, 0);
     atomic_fetch_add_explicit(&h->attention, 1, memory_order_release);
+    /* an owner asleep on its CQs or its events must take a turn to see it:
+     * its flushes are made then */
+    shm_ring(w, v->peer, v->event_db, SHM_EVENT_DB);
+    shm_ring(w, v->peer, v->recv_db, v->recv_dbi);
+    if (v->send_dbi != v->recv_dbi)
+        shm_ring(w, v->peer, v->send_db, v->send_dbi);
 }
 
 int shm_exec_broken(struct shm_exec *e, bool in_target, const char *fmt, ...)
@@ -51,7 +59,7 @@ int shm_exec_broken(struct shm_exec *e, bool in_target, const char *fmt, ...)
     if (e->local) {
         shm_corrupt(e->w, "QP 0x%x: %s", e->sv->qpn, why);
         if (in_target && e->tv)
-            shm_mark_err(e->tv);
+            shm_mark_err(e->w, e->tv, SOFT_WIRE_CAUSE_FATAL);
         return shm_exec_fail(e, in_target ? IBV_WC_REM_OP_ERR : IBV_WC_LOC_QP_OP_ERR,
                              SOFT_VERR_CORRUPT);
     }
@@ -59,7 +67,7 @@ int shm_exec_broken(struct shm_exec *e, bool in_target, const char *fmt, ...)
      * connection is over */
     shm_qp_broken(e->served, "running the sends of peer QP 0x%x (pid %d): %s", e->sv->qpn,
                   (int)e->sv->pid, why);
-    shm_mark_err(e->sv);
+    shm_mark_err(e->w, e->sv, SOFT_WIRE_CAUSE_FATAL);
     return SHM_BROKEN;
 }
 
@@ -67,15 +75,26 @@ int shm_exec_broken(struct shm_exec *e, bool in_target, const char *fmt, ...)
 static const char *swr_fetch(struct shm_exec *e, const struct shm_swr *slot, struct shm_swr *w,
                              char *t, size_t tlen)
 {
-    memcpy(w, slot, offsetof(struct shm_swr, inl));
+    if (!shm_swr_copy(w, slot)) {
+        snprintf(t, tlen, "num_sge %u > %d", w->num_sge, SOFT_MAX_SGE);
+        return t;
+    }
     uint32_t op = w->opcode, type = e->sv->qp_type;
+    bool atomic = op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
     bool ok_op = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM ||
                  ((op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM) &&
                   type != IBV_QPT_UD) ||
-                 (op == IBV_WR_RDMA_READ && type == IBV_QPT_RC);
+                 ((op == IBV_WR_RDMA_READ || atomic) && type == IBV_QPT_RC);
     if (!ok_op) {
         snprintf(t, tlen, "opcode %u is not a send of a %s QP", op,
                  type == IBV_QPT_RC ? "RC" : type == IBV_QPT_UC ? "UC" : "UD");
+        return t;
+    }
+    if (atomic && (w->num_sge != 1 || w->total != SOFT_ATOMIC_SIZE ||
+                   (w->send_flags & IBV_SEND_INLINE))) {
+        snprintf(t, tlen, "an atomic with num_sge %u, total %llu%s", w->num_sge,
+                 (unsigned long long)w->total,
+                 (w->send_flags & IBV_SEND_INLINE) ? ", inline" : "");
         return t;
     }
     if (w->send_flags & IBV_SEND_INLINE) {
@@ -85,10 +104,6 @@ static const char *swr_fetch(struct shm_exec *e, const struct shm_swr *slot, str
             return t;
         }
     } else {
-        if (w->num_sge > SOFT_MAX_SGE) {
-            snprintf(t, tlen, "num_sge %u > %d", w->num_sge, SOFT_MAX_SGE);
-            return t;
-        }
         uint64_t sum = 0;
         for (uint32_t i = 0; i < w->num_sge; i++)
             sum += w->sge[i].length;
@@ -150,13 +165,14 @@ static bool own_lock(struct soft_wire_qp *q)
     return atomic_compare_exchange_strong(&q->sh->sq_lock, &cur, w->pid);
 }
 
-/* Run slots [head, tail) of the queue e->sv, at most one lap. */
-static void run(struct shm_exec *e, uint64_t tail)
+/* Run slots [head, tail) of the queue e->sv, at most one lap. Returns how
+ * many finished. */
+static uint64_t run(struct shm_exec *e, uint64_t tail)
 {
     struct shm_view *sv = e->sv;
     struct shm_qp_block *sh = sv->sh;
     int r = SHM_DONE;
-    uint64_t h = atomic_load_explicit(&sh->sq_head, memory_order_relaxed);
+    uint64_t h = atomic_load_explicit(&sh->sq_head, memory_order_relaxed), h0 = h;
     if (tail - h > sv->sq_cap) {
         shm_sq_unlock(sh);
         if (e->local)
@@ -168,7 +184,7 @@ static void run(struct shm_exec *e, uint64_t tail)
             shm_exec_broken(e, false, "sq_tail %llu is more than sq_cap %u past sq_head %llu "
                             "(its shared memory is corrupt)", (unsigned long long)tail,
                             sv->sq_cap, (unsigned long long)h);
-        return;
+        return 0;
     }
     while (h != tail && (e->local ? !e->local->stopped && e->local->a.state == IBV_QPS_RTS
                                   : atomic_load_explicit(&sh->state, memory_order_relaxed) ==
@@ -204,9 +220,18 @@ static void run(struct shm_exec *e, uint64_t tail)
             shm_qp_stop(e->local);
             e->local->events |= SHM_EV_ERR;
         } else {
-            shm_mark_err(sv);
+            shm_mark_err(e->w, sv, SOFT_WIRE_CAUSE_NONE);  /* its completion says why */
         }
     }
+    if (r == SHM_WAIT && e->wake_ns) {
+        /* a timer: ours fires without us calling in; a peer's queue waiting
+         * on one needs its owner to arm it, so its owner takes a turn */
+        if (e->local)
+            shm_cq_alarm_at(e->local->send_cq, e->wake_ns);
+        else
+            shm_ring(e->w, sv->peer, sv->send_db, sv->send_dbi);
+    }
+    return h - h0;
 }
 
 void shm_sq_run_own(struct soft_wire_qp *q)
@@ -217,9 +242,10 @@ void shm_sq_run_own(struct soft_wire_qp *q)
         return;                 /* the other end is running it */
     struct shm_exec e = {.w = q->w, .sv = &q->self, .local = q, .rnr_retry = q->a.rnr_retry,
                          .port = q->a.port, .dev_index = (uint8_t)q->w->cfg.dev_index};
-    run(&e, q->sq_tail);
-    /* our own results: a waiting CQ hears of them as of a peer's */
-    shm_ring(q->w, q->w->self, q->self.send_db, q->self.send_dbi);
+    /* our own results: a waiting CQ hears of them as of a peer's (only of
+     * results: a ring for nothing would wake a sleeper into a busy loop) */
+    if (run(&e, q->sq_tail))
+        shm_ring(q->w, q->w->self, q->self.send_db, q->self.send_dbi);
 }
 
 void shm_sq_run_peer(struct soft_wire_qp *target)

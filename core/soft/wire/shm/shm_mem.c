@@ -17,6 +17,11 @@
  * list, under one lock). A forked child would share the swapped pages with
  * its parent; exec is fine.
  *
+ * An MR's addresses for SGEs and peers are its iova (the address itself
+ * unless registered with another): the table entry says where the iova
+ * range starts, and both our own lookups (shm_local_mem) and peers'
+ * (shm_peer_mem) translate from it.
+ *
  * The memfds are sealed against shrinking, so a peer that mapped one can
  * trust the size it saw (shm_peer.c). Our own keys are checked against
  * w->mrs (process memory), never against the shared table: that is for
@@ -51,6 +56,7 @@ struct shm_mr {
     uint32_t key;
     uint32_t access;
     uint64_t addr, len;
+    uint64_t iova;              /* what SGEs and remote addresses call addr */
     bool shared;                /* holds a reference on the backing of its pages */
 };
 
@@ -158,7 +164,7 @@ static struct shm_mr_entry *mr_table(struct soft_wire *w)
 /* Publish MR entry idx for peers (key 0 when withdrawn), under the entry's
  * sequence lock: epoch odd while it changes. */
 static void mr_publish(struct soft_wire *w, int idx, uint32_t key, int memfd, uint32_t access,
-                       uint64_t addr, uint64_t length, uint64_t fd_off)
+                       uint64_t addr, uint64_t length, uint64_t fd_off, uint64_t iova)
 {
     struct shm_mr_entry *e = &mr_table(w)[idx];
     uint32_t ep = atomic_load_explicit(&e->epoch, memory_order_relaxed);
@@ -170,6 +176,7 @@ static void mr_publish(struct soft_wire *w, int idx, uint32_t key, int memfd, ui
     e->addr = addr;
     e->length = length;
     e->fd_off = fd_off;
+    e->iova = iova;
     atomic_store_explicit(&e->epoch, ep + 2, memory_order_release);
 }
 
@@ -245,7 +252,8 @@ static int backing_get(void *addr, size_t len, struct shm_backing **out)
             for (int i = 1; i < SHM_MR_MAX; i++) {
                 struct shm_mr *m = d->mrs[i];
                 if (m && m->shared && b->start <= m->addr && m->addr + m->len <= b->end)
-                    mr_publish(d, i, m->key, fd, m->access, m->addr, m->len, m->addr - us);
+                    mr_publish(d, i, m->key, fd, m->access, m->addr, m->len, m->addr - us,
+                               m->iova);
             }
         close(b->memfd);
         *pp = b->next;
@@ -291,7 +299,8 @@ void shm_mem_detach(struct soft_wire *w)
     pthread_mutex_unlock(&mem_lock);
 }
 
-int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint32_t access, uint32_t *key,
+int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint64_t iova, uint32_t access,
+               uint32_t *key,
                char *why, size_t whylen)
 {
     struct shm_mr *m = calloc(1, sizeof *m);
@@ -319,10 +328,11 @@ int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint32_t access, uin
     if (w->mr_gen == 0)
         w->mr_gen = 1;
     *m = (struct shm_mr){.key = ((uint32_t)idx << 8) | w->mr_gen, .access = access,
-                         .addr = (uintptr_t)addr, .len = len, .shared = b != NULL};
+                         .addr = (uintptr_t)addr, .len = len, .iova = iova,
+                         .shared = b != NULL};
     w->mrs[idx] = m;
     mr_publish(w, idx, m->key, b ? b->memfd : -1, access, m->addr, len,
-               b ? m->addr - b->start : 0);
+               b ? m->addr - b->start : 0, iova);
     pthread_mutex_unlock(&mem_lock);
     *key = m->key;
     return 0;
@@ -335,7 +345,7 @@ void shm_mr_dereg(struct soft_wire *w, uint32_t key)
         return;
     pthread_mutex_lock(&mem_lock);
     struct shm_mr *m = w->mrs[idx];
-    mr_publish(w, (int)idx, 0, -1, 0, 0, 0, 0);
+    mr_publish(w, (int)idx, 0, -1, 0, 0, 0, 0, 0);
     w->mrs[idx] = NULL;
     if (m->shared)
         backing_put(backing_of(m->addr, m->addr + m->len));
@@ -352,10 +362,10 @@ int shm_local_mem(struct soft_wire *w, uint32_t lkey, uint64_t addr, uint64_t le
     const struct shm_mr *m = w->mrs[idx];
     if (!m || m->key != lkey)
         return -ENOENT;
-    if (addr < m->addr || len > m->len || addr - m->addr > m->len - len)
+    if (addr < m->iova || len > m->len || addr - m->iova > m->len - len)
         return -ERANGE;
     if ((m->access & need_access) != need_access)
         return -EACCES;
-    *out = (void *)(uintptr_t)addr;
+    *out = (void *)(uintptr_t)(m->addr + (addr - m->iova));
     return 0;
 }

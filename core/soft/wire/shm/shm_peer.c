@@ -252,12 +252,31 @@ int shm_view_lookup(struct soft_wire *w, uint32_t qpn, struct shm_view *v, char 
                    h.sq_cap);
     struct shm_doorbell *db = shm_peer_at(peer, SHM_CTX_DB_OFF);
     *v = (struct shm_view){
-        .peer = peer, .sh = q, .rq = q->rq,
+        .peer = peer, .sh = q, .rq = q->rq, .rq_cons = &q->rq_cons,
         .sq = (struct shm_swr *)((char *)q + shm_sq_offset(h.rq_cap)),
-        .recv_db = &db[h.recv_db], .send_db = &db[h.send_db], .qpn = qpn,
-        .qp_type = h.qp_type, .rq_cap = h.rq_cap, .sq_cap = h.sq_cap,
+        .recv_db = &db[h.recv_db], .send_db = &db[h.send_db], .event_db = &db[SHM_EVENT_DB],
+        .qpn = qpn, .qp_type = h.qp_type, .rq_cap = h.rq_cap, .sq_cap = h.sq_cap,
         .recv_dbi = h.recv_db, .send_dbi = h.send_db, .pid = s.pid,
     };
+    if (h.srq_off) {
+        /* its receives are its SRQ's: the block checked as the QP's was */
+        if (h.srq_off % SHM_PAGE || h.srq_off < SHM_CTX_DATA_OFF ||
+            h.srq_off > SHM_CTX_SIZE - sizeof(struct shm_srq_block))
+            return bad(why, whylen, "peer QP 0x%x (pid %d): srq_off 0x%llx is not a block of its "
+                       "context (its shared memory is corrupt)", qpn, (int)s.pid,
+                       (unsigned long long)h.srq_off);
+        struct shm_srq_block *b = shm_peer_at(peer, h.srq_off);
+        uint32_t magic = b->magic, cap = b->cap;    /* once */
+        if (magic != SHM_SRQ_MAGIC)
+            return -ENOENT;     /* destroyed meanwhile (or never was: the same to us) */
+        if (cap < 1 || cap > SOFT_MAX_QP_WR || shm_srq_bytes(cap) > SHM_CTX_SIZE - h.srq_off)
+            return bad(why, whylen, "peer QP 0x%x (pid %d): its SRQ's cap %u is out of range "
+                       "(its shared memory is corrupt)", qpn, (int)s.pid, cap);
+        v->srq = b;
+        v->rq = b->rq;
+        v->rq_cons = &b->rq_cons;
+        v->rq_cap = cap;
+    }
     return 0;
 }
 
@@ -292,6 +311,7 @@ static bool mr_entry_copy(struct shm_peer *peer, uint32_t idx, struct shm_mr_ent
         out->addr = e->addr;
         out->length = e->length;
         out->fd_off = e->fd_off;
+        out->iova = e->iova;
         atomic_thread_fence(memory_order_acquire);
         if (!(e1 & 1) && atomic_load_explicit(&e->epoch, memory_order_relaxed) == e1) {
             atomic_store_explicit(&out->epoch, e1, memory_order_relaxed);
@@ -315,12 +335,13 @@ int shm_peer_mem(struct soft_wire *w, struct shm_peer *peer, uint32_t key, uint6
     struct shm_mr_entry e;
     if (!mr_entry_copy(peer, idx, &e) || e.key != key || key == 0)
         return -ENOENT;
-    if (e.length > SHM_MR_LIMIT || e.addr > UINT64_MAX - e.length || e.fd_off > SHM_MR_LIMIT)
-        return bad(why, whylen, "MR 0x%x of pid %d: addr 0x%llx length %llu fd_off %llu are "
+    if (e.length > SHM_MR_LIMIT || e.iova > UINT64_MAX - e.length || e.fd_off > SHM_MR_LIMIT)
+        return bad(why, whylen, "MR 0x%x of pid %d: iova 0x%llx length %llu fd_off %llu are "
                    "impossible (its shared memory is corrupt)", key, (int)peer->pid,
-                   (unsigned long long)e.addr, (unsigned long long)e.length,
+                   (unsigned long long)e.iova, (unsigned long long)e.length,
                    (unsigned long long)e.fd_off);
-    if (addr < e.addr || len > e.length || addr - e.addr > e.length - len)
+    /* addr is in the MR's iova space */
+    if (addr < e.iova || len > e.length || addr - e.iova > e.length - len)
         return -ERANGE;
     if ((e.access & need_access) != need_access)
         return -EACCES;
@@ -359,7 +380,7 @@ int shm_peer_mem(struct soft_wire *w, struct shm_peer *peer, uint32_t key, uint6
         m->key = key;
         m->epoch = epoch;
     }
-    uint64_t at = e.fd_off + (addr - e.addr);
+    uint64_t at = e.fd_off + (addr - e.iova);
     if (at > m->len || len > m->len - at)
         return bad(why, whylen, "MR 0x%x of pid %d: [%llu, +%llu) reaches beyond the end of its "
                    "memory (%zu bytes; fd_off %llu, length %llu: its shared memory is corrupt)",

@@ -35,6 +35,7 @@ void shm_corrupt(struct soft_wire *w, const char *fmt, ...)
 static void shm_close(struct soft_wire *w)
 {
     shm_mem_detach(w);
+    shm_event_close(w);
     shm_fabric_close(w);
     free(w);
 }
@@ -48,7 +49,10 @@ static int shm_open(const struct soft_wire_cfg *cfg, struct soft_wire **out, cha
     w->cfg = *cfg;
     str_copy(w->fabric, sizeof w->fabric, cfg->fabric);
     w->cfg.fabric = w->fabric;
+    w->event_fd = -1;
     int rc = shm_fabric_open(w, why, len);
+    if (rc == 0)
+        rc = shm_event_open(w, why, len);
     if (rc) {
         shm_close(w);
         return rc;
@@ -71,25 +75,6 @@ static bool shm_reaches(struct soft_wire *w, const uint8_t gid[16], bool local, 
 
 /* ---- completion queues: doorbells and their wake-up sockets -------------------- */
 
-static int bind_wake(struct soft_wire *w, uint32_t db)
-{
-    struct sockaddr_un a;
-    socklen_t len;
-    int rc = shm_wake_addr(w, w->pid, w->ctx_id, db, &a, &len);
-    if (rc)
-        return rc;
-    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return -errno;
-    unlink(a.sun_path);         /* ours by name (pid and context): a leftover */
-    if (bind(fd, (struct sockaddr *)&a, len)) {
-        int e = errno;
-        close(fd);
-        return -e;
-    }
-    return fd;
-}
-
 static int shm_cq_create(struct soft_wire *w, struct soft_wire_cq **out, int *fd, char *why,
                          size_t len)
 {
@@ -101,7 +86,7 @@ static int shm_cq_create(struct soft_wire *w, struct soft_wire_cq **out, int *fd
     struct soft_wire_cq *c = calloc(1, sizeof *c);
     if (!c)
         return err_set(why, len, ENOMEM, "out of memory");
-    int s = bind_wake(w, db);
+    int s = shm_wake_bind(w, db);
     if (s < 0) {
         free(c);
         return err_set(why, len, -s, "completion socket in %s: %s", w->shm_dir,
@@ -111,6 +96,7 @@ static int shm_cq_create(struct soft_wire *w, struct soft_wire_cq **out, int *fd
     w->db_used[db] = 1;
     *c = (struct soft_wire_cq){.w = w, .db = db, .fd = s,
                                .dbp = (struct shm_doorbell *)((char *)w->ctx + SHM_CTX_DB_OFF) + db};
+    shm_cq_alarm_init(c);
     atomic_store(&c->dbp->armed, 0);
     *fd = s;
     *out = c;
@@ -119,11 +105,8 @@ static int shm_cq_create(struct soft_wire *w, struct soft_wire_cq **out, int *fd
 
 static void shm_cq_destroy(struct soft_wire_cq *c)
 {
-    struct sockaddr_un a;
-    socklen_t len;
-    close(c->fd);
-    if (shm_wake_addr(c->w, c->w->pid, c->w->ctx_id, c->db, &a, &len) == 0)
-        unlink(a.sun_path);
+    soft_alarm_cancel(&c->alarm);   /* the alarm thread rings it no more */
+    shm_wake_unbind(c->w, c->fd, c->db);
     c->w->db_used[c->db] = 0;
     free(c);
 }
@@ -133,6 +116,13 @@ static void shm_cq_arm(struct soft_wire_cq *c)
     atomic_store(&c->dbp->armed, 1);
     /* pairs with the fence in shm_ring */
     atomic_thread_fence(memory_order_seq_cst);
+}
+
+/* Completions we made ourselves ring our own doorbell, as a peer's result
+ * does: the same disarm and the same datagram. */
+static void shm_cq_wake(struct soft_wire_cq *c)
+{
+    shm_ring(c->w, c->w->self, c->dbp, c->db);
 }
 
 static int shm_cq_ack(struct soft_wire_cq *c)
@@ -173,6 +163,7 @@ static int shm_qp_create(struct soft_wire *w, const struct soft_wire_qp_init *in
     q->sq_cap = init->sq_cap;
     q->recv_cq = init->recv_cq;
     q->send_cq = init->send_cq;
+    q->srq = init->srq;
     q->a.state = IBV_QPS_RESET;
     struct shm_qp_block *sh = q->sh;
     sh->qp_type = init->qp_type;
@@ -181,15 +172,25 @@ static int shm_qp_create(struct soft_wire *w, const struct soft_wire_qp_init *in
     sh->recv_db = init->recv_cq->db;
     sh->send_db = init->send_cq->db;
     sh->dev_index = (uint8_t)w->cfg.dev_index;
+    sh->srq_off = init->srq ? init->srq->sh_off : 0;
     atomic_store(&sh->state, IBV_QPS_RESET);
     sh->qpn = q->qpn;
     q->self = (struct shm_view){
-        .peer = w->self, .sh = sh, .rq = sh->rq,
+        .peer = w->self, .sh = sh, .rq = sh->rq, .rq_cons = &sh->rq_cons,
         .sq = (struct shm_swr *)((char *)sh + shm_sq_offset(init->rq_cap)),
-        .recv_db = init->recv_cq->dbp, .send_db = init->send_cq->dbp, .qpn = q->qpn,
-        .qp_type = init->qp_type, .rq_cap = init->rq_cap, .sq_cap = init->sq_cap,
-        .recv_dbi = init->recv_cq->db, .send_dbi = init->send_cq->db, .pid = w->pid,
+        .recv_db = init->recv_cq->dbp, .send_db = init->send_cq->dbp, .event_db = w->event_db,
+        .qpn = q->qpn, .qp_type = init->qp_type, .rq_cap = init->rq_cap,
+        .sq_cap = init->sq_cap, .recv_dbi = init->recv_cq->db, .send_dbi = init->send_cq->db,
+        .pid = w->pid,
     };
+    if (init->srq) {
+        q->self.srq = init->srq->sh;
+        q->self.rq = init->srq->sh->rq;
+        q->self.rq_cons = &init->srq->sh->rq_cons;
+        q->self.rq_cap = init->srq->cap;
+    }
+    q->rq_own = (struct shm_rq_own){.rq = sh->rq, .cons = &sh->rq_cons, .cap = init->rq_cap,
+                                    .many_senders = init->qp_type == IBV_QPT_UD};
     q->next = w->qps;
     w->qps = q;
     *qpn = q->qpn;
@@ -218,17 +219,6 @@ static bool sq_lock_wait(struct soft_wire_qp *q)
 {
     uint64_t until = now_ns() + 100000000ull;
     while (!shm_sq_lock(q->w, q->sh, true))
-        if (now_ns() > until)
-            return false;
-    return true;
-}
-
-/* A sender is writing the result of receive c (a few stores): wait for it,
- * bounded (it may have died in between). */
-static bool writing_ends(struct shm_rqe *e, uint64_t c)
-{
-    uint64_t until = now_ns() + 1000000ull;
-    while (atomic_load_explicit(&e->seq, memory_order_acquire) == ((c + 1) | SHM_RQE_WRITING))
         if (now_ns() > until)
             return false;
     return true;
@@ -271,11 +261,7 @@ static void qp_reset(struct soft_wire_qp *q)
     if (locked)
         shm_sq_unlock(q->sh);
     q->sq_reaped = q->sq_stop = q->sq_tail;
-    for (uint64_t c = q->rq_prod - TBRT_MIN(q->rq_prod, q->rq_cap); c < q->rq_prod; c++)
-        writing_ends(&q->sh->rq[c % q->rq_cap], c);
-    for (uint32_t i = 0; i < q->rq_cap; i++)
-        atomic_store(&q->sh->rq[i].seq, 0);    /* old entries must not look posted */
-    atomic_store(&q->sh->rq_cons, q->rq_prod);
+    shm_rq_reset(&q->rq_own);   /* an SRQ's receives are not the QP's to forget */
     atomic_store(&q->sh->remote_err, 0);
     q->stopped = false;
     q->events = 0;
@@ -310,21 +296,13 @@ static void shm_qp_modify(struct soft_wire_qp *q, const struct soft_wire_qp_attr
 
 static void shm_post_recv(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_recv *r)
 {
-    struct shm_rqe *e = &q->sh->rq[index % q->rq_cap];
-    e->num_sge = r->num_sge;
-    e->total = r->total;
-    memcpy(e->sge, r->sge, (size_t)r->num_sge * sizeof e->sge[0]);
-    atomic_store_explicit(&e->seq, index + 1, memory_order_release);
-    q->rq_prod = index + 1;
-    /* a sender may be waiting for exactly this (pairs with the fence after
-     * its help_wanted store in shm_deliver.c) */
-    atomic_thread_fence(memory_order_seq_cst);
+    shm_rq_post(&q->rq_own, index, r);
 }
 
 static void shm_post_send(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_send *s)
 {
     struct shm_swr *w = &q->self.sq[index % q->sq_cap];
-    memset(w, 0, offsetof(struct shm_swr, inl));
+    memset(w, 0, offsetof(struct shm_swr, sge));   /* the SGEs beyond num_sge are never read */
     w->opcode = s->opcode;
     w->send_flags = s->send_flags;
     w->imm_data = s->imm_data;
@@ -333,6 +311,8 @@ static void shm_post_send(struct soft_wire_qp *q, uint64_t index, const struct s
     w->total = s->total;
     w->remote_addr = s->remote_addr;
     w->rkey = s->rkey;
+    w->compare_add = s->compare_add;
+    w->swap = s->swap;
     w->remote_qpn = s->remote_qpn;
     w->remote_qkey = s->remote_qkey;
     w->flags = s->flags;
@@ -354,90 +334,23 @@ static void shm_post_send(struct soft_wire_qp *q, uint64_t index, const struct s
 
 /* ---- results ----------------------------------------------------------------------- */
 
-static void flushed(struct soft_result *r, uint8_t opcode)
+static void flushed(struct soft_result *r)
 {
     *r = (struct soft_result){.stamp = soft_stamp(), .status = IBV_WC_WR_FLUSH_ERR,
-                              .opcode = opcode, .vendor_err = SOFT_VERR_FLUSH};
-}
-
-/* Senders take receives in order (rq_cons) and only posted ones, so
- * rq_cons can never pass what we posted; a peer that moved it there broke
- * the queue. Looked at now and then, off the fast path (its line is the
- * senders'). */
-static bool rq_cons_sane(struct soft_wire_qp *q, uint64_t oldest)
-{
-    uint64_t cons = atomic_load_explicit(&q->sh->rq_cons, memory_order_relaxed);
-    if (cons - oldest <= q->rq_prod - oldest)
-        return true;
-    shm_corrupt(q->w, "QP 0x%x: rq_cons %llu is outside the %llu..%llu it may be (our shared "
-                "block is corrupt)", q->qpn, (unsigned long long)cons,
-                (unsigned long long)oldest, (unsigned long long)q->rq_prod);
-    return false;
-}
-
-/* UD: several senders fill one queue, so a receive taken by a sender that
- * died never finishes and would stop the reaping for good. Once a later
- * receive has finished and this one stayed unfinished for a while, it is
- * taken back and reported lost. */
-#define UD_STALL_NS 100000000ull
-
-static bool ud_stalled(struct soft_wire_qp *q, uint64_t c)
-{
-    if (q->qp_type != IBV_QPT_UD || c + 1 >= q->rq_prod)
-        return false;
-    struct shm_rqe *next = &q->sh->rq[(c + 1) % q->rq_cap];
-    if (atomic_load_explicit(&next->seq, memory_order_relaxed) != ((c + 2) | SHM_RQE_DONE)) {
-        q->rq_stall_ns = 0;
-        return false;
-    }
-    uint64_t now = now_ns();
-    if (!q->rq_stall_ns)
-        q->rq_stall_ns = now;
-    if (now - q->rq_stall_ns < UD_STALL_NS)
-        return false;
-    q->rq_stall_ns = 0;
-    /* take it back from the vanished sender (a CAS: a live one may win) */
-    uint64_t want = c + 1;
-    return atomic_compare_exchange_strong(&q->sh->rq[c % q->rq_cap].seq, &want, 0);
+                              .vendor_err = SOFT_VERR_FLUSH};
 }
 
 static int shm_recv_done(struct soft_wire_qp *q, uint64_t c, struct soft_result *r)
 {
-    struct shm_rqe *e = &q->sh->rq[c % q->rq_cap];
-    uint64_t seq = atomic_load_explicit(&e->seq, memory_order_acquire);
-    bool posted = seq == c + 1, writing = seq == ((c + 1) | SHM_RQE_WRITING);
-    if (writing && q->stopped && writing_ends(e, c))
-        seq = atomic_load_explicit(&e->seq, memory_order_acquire);
-    if (seq == ((c + 1) | SHM_RQE_DONE)) {
-        memcpy(r, &e->res, sizeof *r);
-        return 1;
-    }
-    if (q->stopped) {
-        /* ERR: take it back from the senders; a bad value flushes too */
-        uint64_t want = seq;
-        atomic_compare_exchange_strong(&e->seq, &want, 0);
-        flushed(r, IBV_WC_RECV);
-        return 1;
-    }
-    if (!posted && !writing) {
-        shm_corrupt(q->w, "QP 0x%x: receive slot %u (receive %llu): seq 0x%llx is neither "
-                    "posted nor done (our shared block is corrupt)", q->qpn,
-                    (unsigned)(c % q->rq_cap), (unsigned long long)c, (unsigned long long)seq);
-        return -1;
-    }
-    if ((++q->rq_idle & 255) == 0 && !rq_cons_sane(q, c))
-        return -1;
-    if (!ud_stalled(q, c))
-        return 0;
-    *r = (struct soft_result){.stamp = soft_stamp(), .status = IBV_WC_GENERAL_ERR,
-                              .opcode = IBV_WC_RECV, .vendor_err = SOFT_VERR_PEER_GONE};
-    return 1;
+    char who[24];
+    snprintf(who, sizeof who, "QP 0x%x", q->qpn);
+    return shm_rq_done(q->w, &q->rq_own, who, q->stopped, c, r);
 }
 
 static int shm_send_done(struct soft_wire_qp *q, uint64_t h, struct soft_result *r)
 {
     if (q->stopped && h >= q->sq_stop) {
-        flushed(r, 0);
+        flushed(r);
         q->sq_reaped = h + 1;
         return 1;
     }
@@ -464,11 +377,16 @@ static void check_attention(struct soft_wire *w)
     if (TBRT_LIKELY(a == w->attention_seen))
         return;
     w->attention_seen = a;
-    for (struct soft_wire_qp *q = w->qps; q; q = q->next)
-        if (atomic_load(&q->sh->remote_err) && !q->stopped && q->a.state != IBV_QPS_RESET) {
+    for (struct soft_wire_qp *q = w->qps; q; q = q->next) {
+        uint32_t mark = atomic_load(&q->sh->remote_err);
+        if (mark && !q->stopped && q->a.state != IBV_QPS_RESET) {
             shm_qp_stop(q);
             q->events |= SHM_EV_ERR;
+            /* the cause a peer gave (+1); one it could not give is FATAL */
+            q->err_cause = mark - 1 <= SOFT_WIRE_CAUSE_ACCESS ? (uint8_t)(mark - 1)
+                                                               : SOFT_WIRE_CAUSE_FATAL;
         }
+    }
 }
 
 static int shm_progress(struct soft_wire *w, struct soft_wire_event *ev, int max)
@@ -508,9 +426,13 @@ static int shm_progress(struct soft_wire *w, struct soft_wire_event *ev, int max
         if (q->events) {
             ev[n++] = (struct soft_wire_event){
                 .cookie = q->cookie,
-                .kind = (q->events & SHM_EV_BROKEN) ? SOFT_WIRE_BROKEN : SOFT_WIRE_ERR};
+                .kind = (q->events & SHM_EV_BROKEN) ? SOFT_WIRE_BROKEN : SOFT_WIRE_ERR,
+                .cause = q->err_cause};
             q->events = 0;
+            q->err_cause = 0;
         }
+    if (TBRT_UNLIKELY(w->srqs != NULL) && n < max)
+        n += shm_srq_events(w, ev + n, max - n);
     return n;
 }
 
@@ -525,12 +447,22 @@ const struct soft_wire_ops soft_wire_shm = {
     .cq_destroy = shm_cq_destroy,
     .cq_arm = shm_cq_arm,
     .cq_ack = shm_cq_ack,
+    .cq_wake = shm_cq_wake,
+    .srq_create = shm_srq_create,
+    .srq_destroy = shm_srq_destroy,
+    .srq_post = shm_srq_post,
+    .srq_arm = shm_srq_arm,
+    .srq_done = shm_srq_done,
     .qp_create = shm_qp_create,
     .qp_destroy = shm_qp_destroy,
     .qp_modify = shm_qp_modify,
     .post_recv = shm_post_recv,
     .post_send = shm_post_send,
     .progress = shm_progress,
+    .event_fd = shm_event_fd,
+    .event_arm = shm_event_arm,
+    .event_ack = shm_event_ack,
+    .ports_changed = shm_ports_changed,
     .recv_done = shm_recv_done,
     .send_done = shm_send_done,
 };

@@ -166,9 +166,13 @@ int udp_mr_reg_key(struct soft_wire *w, void *addr, size_t len, uint32_t access,
     return 0;
 }
 
-static int udp_mr_reg(struct soft_wire *w, void *addr, size_t len, uint32_t access,
+static int udp_mr_reg(struct soft_wire *w, void *addr, size_t len, uint64_t iova, uint32_t access,
                       uint32_t *key, char *why, size_t whylen)
 {
+    /* (merge of verbs2's wire.h: an iova is the udp wire's to implement) */
+    if (iova != (uint64_t)(uintptr_t)addr)
+        return err_set(why, whylen, EOPNOTSUPP, "the udp wire takes no iova other than the "
+                       "address yet");
     *key = 0;
     return udp_mr_reg_key(w, addr, len, access, key, why, whylen);
 }

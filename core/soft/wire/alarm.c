@@ -1,0 +1,120 @@
+/* alarm.c - the soft device's alarm thread (alarm.h): one per process, a
+ * list of alarms sorted by due time under one lock, a condition variable on
+ * CLOCK_MONOTONIC to sleep until the first is due or a sooner one comes. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "soft/wire/alarm.h"
+#include "util/util.h"
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond;
+static bool cond_ready, running, fork_hooked;
+static struct soft_alarm *list;       /* by due time, soonest first */
+
+static void unlink_alarm(struct soft_alarm *a)
+{
+    for (struct soft_alarm **pp = &list; *pp; pp = &(*pp)->next)
+        if (*pp == a) {
+            *pp = a->next;
+            break;
+        }
+    a->next = NULL;
+    a->due_ns = 0;
+}
+
+static void *alarm_thread(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&lock);
+    for (;;) {
+        uint64_t now = now_ns();
+        while (list && list->due_ns <= now) {
+            struct soft_alarm *a = list;
+            unlink_alarm(a);
+            a->ring(a);         /* under the lock: cancel waits for it */
+        }
+        if (!list) {
+            pthread_cond_wait(&cond, &lock);
+            continue;
+        }
+        struct timespec ts = {.tv_sec = (time_t)(list->due_ns / 1000000000ull),
+                              .tv_nsec = (long)(list->due_ns % 1000000000ull)};
+        pthread_cond_timedwait(&cond, &lock, &ts);
+    }
+    return NULL;
+}
+
+/* A forked child has the parent's list but not its thread: start over
+ * (alarms of the parent's wires are the parent's). */
+static void after_fork_child(void)
+{
+    pthread_mutex_init(&lock, NULL);
+    list = NULL;
+    running = false;
+    cond_ready = false;
+}
+
+static int start_locked(void)
+{
+    if (!cond_ready) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&cond, &ca);
+        pthread_condattr_destroy(&ca);
+        cond_ready = true;
+    }
+    if (!fork_hooked) {
+        pthread_atfork(NULL, NULL, after_fork_child);
+        fork_hooked = true;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);   /* the program's signals are not ours */
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 64 * 1024);
+    pthread_t t;
+    int rc = pthread_create(&t, &at, alarm_thread, NULL);
+    pthread_attr_destroy(&at);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc)
+        return -rc;
+    running = true;
+    return 0;
+}
+
+int soft_alarm_set(struct soft_alarm *a, uint64_t due_ns)
+{
+    if (!due_ns)
+        due_ns = 1;
+    pthread_mutex_lock(&lock);
+    int rc = running ? 0 : start_locked();
+    if (rc == 0 && (!a->due_ns || due_ns < a->due_ns)) {
+        if (a->due_ns)
+            unlink_alarm(a);
+        a->due_ns = due_ns;
+        struct soft_alarm **pp = &list;
+        while (*pp && (*pp)->due_ns <= due_ns)
+            pp = &(*pp)->next;
+        a->next = *pp;
+        *pp = a;
+        if (list == a)
+            pthread_cond_signal(&cond);   /* sooner than what the thread sleeps for */
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+void soft_alarm_cancel(struct soft_alarm *a)
+{
+    pthread_mutex_lock(&lock);
+    if (a->due_ns)
+        unlink_alarm(a);
+    pthread_mutex_unlock(&lock);
+}

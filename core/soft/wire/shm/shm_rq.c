@@ -1,0 +1,128 @@
+/* shm_rq.c - our receive queues as their owner sees them: a QP's own or an
+ * SRQ's (struct shm_rq_own). Posting writes a slot; senders take slots in
+ * order (a CAS on cons) and leave results in them; the owner reads a result
+ * back once, when the objects ask for it by index (shm.h says why every
+ * field is copied once and checked).
+ *
+ * A queue that several senders fill (UD, an SRQ) can be stopped for good by
+ * one that took a receive and died: once a later receive has finished and
+ * that one stayed unfinished for a while, it is taken back and reported
+ * lost. In ERR (QPs only) what was not finished is taken back from the
+ * senders (a CAS on the slot) and flushed. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "soft/wire/shm/shm.h"
+#include "util/util.h"
+
+/* How long a later receive may have finished before a taken one counts as
+ * lost (its sender died). */
+#define STALL_NS 100000000ull
+
+void shm_rq_post(struct shm_rq_own *o, uint64_t index, const struct soft_wire_recv *r)
+{
+    struct shm_rqe *e = &o->rq[index % o->cap];
+    e->num_sge = r->num_sge;
+    e->total = r->total;
+    memcpy(e->sge, r->sge, (size_t)r->num_sge * sizeof e->sge[0]);
+    atomic_store_explicit(&e->seq, index + 1, memory_order_release);
+    o->prod = index + 1;
+    /* a sender may be waiting for exactly this (pairs with the fence after
+     * its help_wanted store in shm_deliver.c) */
+    atomic_thread_fence(memory_order_seq_cst);
+}
+
+bool shm_rq_writing_ends(struct shm_rqe *e, uint64_t c)
+{
+    uint64_t until = now_ns() + 1000000ull;
+    while (atomic_load_explicit(&e->seq, memory_order_acquire) == ((c + 1) | SHM_RQE_WRITING))
+        if (now_ns() > until)
+            return false;
+    return true;
+}
+
+void shm_rq_reset(struct shm_rq_own *o)
+{
+    for (uint64_t c = o->prod - TBRT_MIN(o->prod, o->cap); c < o->prod; c++)
+        shm_rq_writing_ends(&o->rq[c % o->cap], c);
+    for (uint32_t i = 0; i < o->cap; i++)
+        atomic_store(&o->rq[i].seq, 0);    /* old entries must not look posted */
+    atomic_store(o->cons, o->prod);
+    o->stall_ns = 0;
+}
+
+static void flushed(struct soft_result *r)
+{
+    *r = (struct soft_result){.stamp = soft_stamp(), .status = IBV_WC_WR_FLUSH_ERR,
+                              .opcode = IBV_WC_RECV, .vendor_err = SOFT_VERR_FLUSH};
+}
+
+/* Senders take receives in order and only posted ones, so cons can never
+ * pass what we posted; a peer that moved it there broke the queue. Looked
+ * at now and then, off the fast path (its line is the senders'). */
+static bool cons_sane(struct soft_wire *w, struct shm_rq_own *o, const char *who,
+                      uint64_t oldest)
+{
+    uint64_t cons = atomic_load_explicit(o->cons, memory_order_relaxed);
+    if (cons - oldest <= o->prod - oldest)
+        return true;
+    shm_corrupt(w, "%s: rq_cons %llu is outside the %llu..%llu it may be (our shared block "
+                "is corrupt)", who, (unsigned long long)cons, (unsigned long long)oldest,
+                (unsigned long long)o->prod);
+    return false;
+}
+
+static bool stalled(struct shm_rq_own *o, uint64_t c)
+{
+    if (!o->many_senders || c + 1 >= o->prod)
+        return false;
+    struct shm_rqe *next = &o->rq[(c + 1) % o->cap];
+    if (atomic_load_explicit(&next->seq, memory_order_relaxed) != ((c + 2) | SHM_RQE_DONE)) {
+        o->stall_ns = 0;
+        return false;
+    }
+    uint64_t now = now_ns();
+    if (!o->stall_ns)
+        o->stall_ns = now;
+    if (now - o->stall_ns < STALL_NS)
+        return false;
+    o->stall_ns = 0;
+    /* take it back from the vanished sender (a CAS: a live one may win) */
+    uint64_t want = c + 1;
+    return atomic_compare_exchange_strong(&o->rq[c % o->cap].seq, &want, 0);
+}
+
+int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *who, bool stopped,
+                uint64_t c, struct soft_result *r)
+{
+    struct shm_rqe *e = &o->rq[c % o->cap];
+    uint64_t seq = atomic_load_explicit(&e->seq, memory_order_acquire);
+    bool posted = seq == c + 1, writing = seq == ((c + 1) | SHM_RQE_WRITING);
+    if (writing && stopped && shm_rq_writing_ends(e, c))
+        seq = atomic_load_explicit(&e->seq, memory_order_acquire);
+    if (seq == ((c + 1) | SHM_RQE_DONE)) {
+        memcpy(r, &e->res, sizeof *r);
+        return 1;
+    }
+    if (stopped) {
+        /* ERR: take it back from the senders; a bad value flushes too */
+        uint64_t want = seq;
+        atomic_compare_exchange_strong(&e->seq, &want, 0);
+        flushed(r);
+        return 1;
+    }
+    if (!posted && !writing) {
+        shm_corrupt(w, "%s: receive slot %u (receive %llu): seq 0x%llx is neither posted nor "
+                    "done (our shared block is corrupt)", who, (unsigned)(c % o->cap),
+                    (unsigned long long)c, (unsigned long long)seq);
+        return -1;
+    }
+    if ((++o->idle & 255) == 0 && !cons_sane(w, o, who, c))
+        return -1;
+    if (!stalled(o, c))
+        return 0;
+    *r = (struct soft_result){.stamp = soft_stamp(), .status = IBV_WC_GENERAL_ERR,
+                              .opcode = IBV_WC_RECV, .vendor_err = SOFT_VERR_PEER_GONE};
+    return 1;
+}
