@@ -268,11 +268,15 @@ static int soft_attach(struct soft_dev *sd, const tbrt_dev_opts *opts)
     rc = sd->wops->open(&cfg, &sd->wire, why, sizeof why);
     if (rc)
         return dev_fail(&sd->dev, -rc, "%s wire: %s", sd->wops->name, why);
-    snprintf(sd->describe, sizeof sd->describe, "wire %s%s%s", sd->wops->name,
-             sd->wops == &soft_wire_shm ? " (this host)" : "", "");
-    if (sd->wops != &soft_wire_shm)
-        str_append(sd->describe, sizeof sd->describe, ", RoCEv2 over UDP port %u%s%s", port,
-                   cfg.pcap ? ", capture " : "", cfg.pcap ? cfg.pcap : "");
+    if (sd->wops == &soft_wire_shm)
+        snprintf(sd->describe, sizeof sd->describe, "shm (shared memory, this host)");
+    else if (sd->wops == &soft_wire_udp)
+        snprintf(sd->describe, sizeof sd->describe, "udp (RoCEv2 over UDP port %u)", port);
+    else
+        snprintf(sd->describe, sizeof sd->describe, "auto (shared memory on this host, RoCEv2 "
+                 "over UDP port %u elsewhere)", port);
+    if (cfg.pcap)
+        str_append(sd->describe, sizeof sd->describe, ", capture %s", cfg.pcap);
     return 0;
 }
 
