@@ -68,7 +68,7 @@ function ops.open(r)
     e.ah = assert(dev:ah{ pd = e.pd, port = e.port, dgid = LOOPBACK, sgid_index = e.sgid })
   end
   return { qpn = e.qp.num, pid = ffi.C.getpid(), send_key = e.smr.lkey, recv_key = e.rmr.lkey,
-    recv_addr = tostring(tonumber(e.rmr.addr)) }   -- a string: JSON keeps 14 digits
+    recv_addr = string.format("%.0f", tonumber(e.rmr.addr)) }  -- a string: JSON keeps 14 digits
 end
 
 function ops.connect(r)
