@@ -61,7 +61,7 @@ PC       := $(BUILD)/tbrt.pc
 .PHONY: all lib check test test-asan asan run bench install clean deps cdef-check
 BENCH_C  := $(BUILD)/tbrt-bench
 # the other C-driven benchmarks: views against copies, many links, memcpy
-BENCH_MORE := $(BUILD)/tbrt-stream $(BUILD)/tbrt-scale $(BUILD)/tbrt-memcpy
+BENCH_MORE := $(BUILD)/tbrt-stream $(BUILD)/tbrt-scale $(BUILD)/tbrt-memcpy $(BUILD)/tbrt-cost
 all: lib $(TBRT) $(CDEF) $(PC) $(BENCH_C) $(BENCH_MORE)
 lib: $(LIB_SO) $(LIB_A)
 

@@ -93,9 +93,10 @@ static void ours_waiting(tbrt_link *l, char *out, size_t outlen)
         snprintf(out, outlen, "%zu bytes this link was given to send are not %s yet", unsent,
                  l->x.dev ? "flushed (flush at each message boundary)"
                           : "written (the socket is full: the peer is not reading)");
-    else if (l->x.dev && l->x.send_count)
+    else if (l->x.dev && l->x.send_count + l->x.inline_count)
         snprintf(out, outlen, "%u frames this link sent are not taken by the peer yet (its "
-                 "receives are not posted: it is not reading)", l->x.send_count);
+                 "receives are not posted: it is not reading)",
+                 l->x.send_count + l->x.inline_count);
     else if (!l->x.dev && ioctl(l->x.fd, SIOCOUTQ, &queued) == 0 && queued > 0)
         snprintf(out, outlen, "%d bytes this link sent still wait in its socket, not taken by "
                  "the peer (it is not reading)", queued);

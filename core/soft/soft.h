@@ -157,6 +157,14 @@ struct soft_wr {
     uint8_t signaled;
 };
 
+/* A posted receive's record: the work request and its scatter list, where
+ * the bytes of a scatter-to-CQE result go (soft_reap.c). */
+struct soft_rwr {
+    struct soft_wr wr;
+    uint32_t num_sge;
+    struct ibv_sge sge[SOFT_MAX_SGE];
+};
+
 struct soft_qp {
     tbrt_qp qp;
     struct soft_dev *sd;
@@ -170,7 +178,8 @@ struct soft_qp {
     bool sq_sig_all;
     /* queues: the records by slot and the indices */
     uint32_t rq_cap, sq_cap;
-    struct soft_wr *rq_wr, *sq_wr;
+    struct soft_rwr *rq_wr;
+    struct soft_wr *sq_wr;
     uint64_t rq_prod, rq_done;  /* posted; made into completions */
     uint64_t sq_tail, sq_done;
     uint32_t rq_frames, sq_frames; /* outstanding (apple depth accounting) */
@@ -193,7 +202,7 @@ struct soft_srq {
     uint32_t cap;               /* slots (a power of two, >= max_wr) */
     uint32_t max_wr, max_sge;
     uint32_t limit;             /* armed limit, 0: none */
-    struct soft_wr *wr;
+    struct soft_rwr *wr;        /* with the scatter lists (scatter-to-CQE places into them) */
     uint64_t prod, done;
     struct soft_result res;
     bool have_res;
@@ -286,6 +295,10 @@ void soft_progress(struct soft_dev *sd);
 /* Why a receive's result cannot be, or NULL (also for SRQ results). */
 const char *soft_recv_result_bad(const struct soft_result *r, const struct soft_wr *w, char *buf,
                                  size_t len);
+/* Place a scatter-to-CQE result's message into the receive's recorded
+ * scatter list: 0, or the vendor_err of a key that does not cover it. */
+uint32_t soft_place_data(struct soft_dev *sd, const struct soft_rwr *rw,
+                         const struct soft_result *r);
 /* A receive completion of q was made: COMM_EST if it came in RTR. */
 void soft_recv_seen(struct soft_qp *q);
 /* The finished work of the queues that feed this CQ, oldest first. */

@@ -90,7 +90,10 @@ int soft_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
                             p->depth_in_frames ? " frames; TN3205 counts depth in 4 KiB frames"
                                                : " work requests");
         uint32_t slot = (uint32_t)(q->rq_prod % q->rq_cap);
-        q->rq_wr[slot] = (struct soft_wr){.wr_id = wr->wr_id, .total = total, .frames = frames};
+        struct soft_rwr *rw = &q->rq_wr[slot];
+        rw->wr = (struct soft_wr){.wr_id = wr->wr_id, .total = total, .frames = frames};
+        rw->num_sge = (uint32_t)wr->num_sge;
+        memcpy(rw->sge, wr->sg_list, (size_t)wr->num_sge * sizeof rw->sge[0]);
         struct soft_wire_recv r = {.num_sge = (uint32_t)wr->num_sge, .total = total,
                                    .sge = wr->sg_list};
         sd->wops->post_recv(q->wq, q->rq_prod, &r);

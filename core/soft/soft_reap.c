@@ -7,7 +7,10 @@
  * longer than what was posted. A CQ fed by several queues takes their
  * results in the order of their stamps (when the work finished), as a NIC
  * writes CQEs; each queue's own order is its index order. A slot is free
- * for a new post only once its result was taken. */
+ * for a new post only once its result was taken. A result that carries the
+ * message itself (scatter-to-CQE, wire.h) is placed here into the
+ * receive's buffers, through our own keys, as mlx5's provider does. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,7 +52,13 @@ static void flush_says_why(struct soft_qp *q, struct ibv_wc *wc)
 const char *soft_recv_result_bad(const struct soft_result *r, const struct soft_wr *w,
                                  char *buf, size_t len)
 {
-    if (r->status > IBV_WC_GENERAL_ERR)
+    if (TBRT_UNLIKELY(r->data_len) &&
+        (r->data_len > SOFT_RESULT_DATA || r->data_len != r->byte_len ||
+         r->status != IBV_WC_SUCCESS || r->opcode != IBV_WC_RECV))
+        snprintf(buf, len, "data_len %u with byte_len %u, status %u, opcode %u (a message "
+                 "in the result is a successful receive's, all of it, at most %d bytes)",
+                 r->data_len, r->byte_len, r->status, r->opcode, SOFT_RESULT_DATA);
+    else if (r->status > IBV_WC_GENERAL_ERR)
         snprintf(buf, len, "status %u is not a completion status", r->status);
     else if (r->opcode != IBV_WC_RECV && r->opcode != IBV_WC_RECV_RDMA_WITH_IMM)
         snprintf(buf, len, "opcode %u is not a receive's", r->opcode);
@@ -65,19 +74,66 @@ const char *soft_recv_result_bad(const struct soft_result *r, const struct soft_
     return buf;
 }
 
+/* Our own region behind [addr, addr+len) of lkey, writable: the wire's
+ * table when it has one, else our list of regions. */
+static int local_mem(struct soft_dev *sd, uint32_t lkey, uint64_t addr, uint64_t len, void **out)
+{
+    if (sd->wops->mr_local)
+        return sd->wops->mr_local(sd->wire, lkey, addr, len, IBV_ACCESS_LOCAL_WRITE, out);
+    for (struct soft_mr *m = sd->mrs; m; m = m->next) {
+        if (m->mr.lkey != lkey)
+            continue;
+        uint64_t base = m->mr.iova;     /* SGEs name the iova */
+        if (addr < base || len > m->mr.length || addr - base > m->mr.length - len)
+            return -ERANGE;
+        if (!(m->mr.access & IBV_ACCESS_LOCAL_WRITE))
+            return -EACCES;
+        *out = (char *)m->mr.addr + (addr - base);
+        return 0;
+    }
+    return -ENOENT;
+}
+
+/* Place the message a scatter-to-CQE result carries into the receive's
+ * scatter list (our record), as the wire would have placed it: 0, or the
+ * vendor_err of a key that does not cover its piece. */
+uint32_t soft_place_data(struct soft_dev *sd, const struct soft_rwr *rw,
+                         const struct soft_result *r)
+{
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < rw->num_sge && off < r->data_len; i++) {
+        const struct ibv_sge *g = &rw->sge[i];
+        uint32_t n = TBRT_MIN(g->length, (uint32_t)r->data_len - off);
+        void *dst;
+        if (local_mem(sd, g->lkey, g->addr, n, &dst))
+            return SOFT_VERR_LKEY;
+        memcpy(dst, r->data + off, n);
+        off += n;
+    }
+    return 0;
+}
+
 /* Make the completion of the next receive (next_result said 1); false when
  * nothing was taken (the CQ is full, or the QP broke). */
 static bool recv_take(struct soft_qp *q)
 {
     uint64_t c = q->rq_done;
     uint32_t slot = (uint32_t)(c % q->rq_cap);
-    const struct soft_wr *w = &q->rq_wr[slot];
+    const struct soft_rwr *rw = &q->rq_wr[slot];
+    const struct soft_wr *w = &rw->wr;
     const struct soft_result *r = &q->rres;
-    char buf[160];
+    char buf[192];
     const char *bad = soft_recv_result_bad(r, w, buf, sizeof buf);
     struct ibv_wc wc = {.wr_id = w->wr_id, .status = r->status, .opcode = r->opcode,
                         .vendor_err = r->vendor_err, .byte_len = r->byte_len, .imm_data = r->imm,
                         .qp_num = q->qp.qp_num, .src_qp = r->src_qp, .wc_flags = r->wc_flags};
+    if (!bad && r->data_len) {
+        uint32_t verr = soft_place_data(q->sd, rw, r);
+        if (verr)
+            wc = (struct ibv_wc){.wr_id = w->wr_id, .status = IBV_WC_LOC_PROT_ERR,
+                                 .opcode = IBV_WC_RECV, .vendor_err = verr,
+                                 .qp_num = q->qp.qp_num, .src_qp = r->src_qp};
+    }
     if (bad)
         wc = (struct ibv_wc){.wr_id = w->wr_id, .status = IBV_WC_LOC_QP_OP_ERR,
                              .opcode = IBV_WC_RECV, .vendor_err = SOFT_VERR_CORRUPT,

@@ -41,7 +41,7 @@ int soft_create_srq(tbrt_pd *pd, struct ibv_srq_attr *attr, tbrt_srq **out)
     while (cap < 2 * attr->max_wr && cap < SOFT_MAX_QP_WR)
         cap <<= 1;
     struct soft_srq *s = calloc(1, sizeof *s);
-    struct soft_wr *wr = calloc(cap, sizeof *wr);
+    struct soft_rwr *wr = calloc(cap, sizeof *wr);
     if (!s || !wr) {
         free(s);
         free(wr);
@@ -152,7 +152,10 @@ int soft_post_srq_recv(tbrt_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr
         if (s->prod - s->done >= s->max_wr)
             return dev_fail(dev, ENOMEM, "post_srq_recv: SRQ 0x%x full (%u work requests)",
                             srq->srq_num, s->max_wr);
-        s->wr[s->prod % s->cap] = (struct soft_wr){.wr_id = wr->wr_id, .total = total};
+        struct soft_rwr *rw = &s->wr[s->prod % s->cap];
+        rw->wr = (struct soft_wr){.wr_id = wr->wr_id, .total = total};
+        rw->num_sge = (uint32_t)wr->num_sge;
+        memcpy(rw->sge, wr->sg_list, (size_t)wr->num_sge * sizeof rw->sge[0]);
         struct soft_wire_recv r = {.num_sge = (uint32_t)wr->num_sge, .total = total,
                                    .sge = wr->sg_list};
         sd->wops->srq_post(s->ws, s->prod, &r);
@@ -210,9 +213,10 @@ static struct soft_qp *receiver(struct soft_srq *s, uint32_t qpn)
 
 bool soft_srq_take(struct soft_srq *s)
 {
-    const struct soft_wr *w = &s->wr[s->done % s->cap];
+    const struct soft_rwr *rw = &s->wr[s->done % s->cap];
+    const struct soft_wr *w = &rw->wr;
     const struct soft_result *r = &s->res;
-    char buf[160];
+    char buf[192];
     const char *bad = soft_recv_result_bad(r, w, buf, sizeof buf);
     struct soft_qp *q = bad ? NULL : receiver(s, r->qp_num);
     if (!q) {
@@ -229,6 +233,13 @@ bool soft_srq_take(struct soft_srq *s)
     struct ibv_wc wc = {.wr_id = w->wr_id, .status = r->status, .opcode = r->opcode,
                         .vendor_err = r->vendor_err, .byte_len = r->byte_len, .imm_data = r->imm,
                         .qp_num = q->qp.qp_num, .src_qp = r->src_qp, .wc_flags = r->wc_flags};
+    if (r->data_len) {
+        uint32_t verr = soft_place_data(s->sd, rw, r);
+        if (verr)
+            wc = (struct ibv_wc){.wr_id = w->wr_id, .status = IBV_WC_LOC_PROT_ERR,
+                                 .opcode = IBV_WC_RECV, .vendor_err = verr,
+                                 .qp_num = q->qp.qp_num, .src_qp = r->src_qp};
+    }
     if (!soft_cq_add((struct soft_cq *)q->qp.recv_cq, &wc, r->stamp))
         return false;           /* overrun: poll_cq says so */
     s->done++;

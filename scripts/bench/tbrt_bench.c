@@ -1,7 +1,10 @@
 /* tbrt_bench.c - the C-driven side of `make bench`: one link between two
  * processes (fork), driven by the blocking C API alone, no Lua anywhere.
  *
- *   tbrt-bench DEVICE PERSONALITY lat SIZE ITERS    one-way latency, us
+ *   tbrt-bench DEVICE PERSONALITY lat SIZE ITERS    one-way latency, us: the median
+ *                                                   (typical) half round trip, as
+ *                                                   ucx_perftest's tag_lat figure, then
+ *                                                   the mean (lat_mean_SIZE)
  *   tbrt-bench DEVICE PERSONALITY bw SIZE ITERS     streaming bandwidth, GB/s
  *
  * Prints one line "name value unit". The child accepts and answers (echo
@@ -53,6 +56,12 @@ static tbrt_link *ready_or_die(tbrt_link *l, const char *what, const tbrt_error 
         exit(1);
     }
     return l;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 static void fill(uint8_t *b, size_t n)
@@ -131,9 +140,14 @@ int main(int argc, char **argv)
     tbrt_link *l = ready_or_die(tbrt_link_connect("127.0.0.1", port, &o, &err), "connect", &err);
     double t0 = 0, dt;
     if (strcmp(mode, "lat") == 0) {
+        double *rtt = calloc((size_t)iters, sizeof *rtt), t1 = 0;
         for (long i = 0; i < iters; i++) {
+            double ti = now();
             if (i == 1)
-                t0 = now();
+                t0 = ti;
+            if (i > 0)
+                rtt[i - 1] = ti - t1;
+            t1 = ti;
             uint64_t idx = (uint64_t)i;
             if (n >= 8)
                 memcpy(want, &idx, 8);
@@ -143,8 +157,16 @@ int main(int argc, char **argv)
                 die("recv", l);
             check(buf, want, n, idx);
         }
-        dt = now() - t0;
-        printf("lat_%zu %.3f us\n", n, dt / (double)(iters - 1) / 2 * 1e6);
+        double tn = now();
+        rtt[iters - 1] = tn - t1;
+        dt = tn - t0;
+        /* round trip i ends where i + 1 starts: the first (rtt[0]) is the untimed one */
+        qsort(rtt + 1, (size_t)(iters - 1), sizeof *rtt, cmp_double);
+        long m = iters - 1;
+        double med = m % 2 ? rtt[1 + m / 2] : (rtt[m / 2] + rtt[1 + m / 2]) / 2;
+        printf("lat_%zu %.3f us\n", n, med / 2 * 1e6);
+        printf("lat_mean_%zu %.3f us\n", n, dt / (double)(iters - 1) / 2 * 1e6);
+        free(rtt);
     } else {
         for (long i = 0; i < WARM; i++)
             if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n)

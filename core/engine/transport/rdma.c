@@ -34,6 +34,8 @@
 #define LLAMA_APPLE_NBUF 16
 #define LLAMA_APPLE_STRIDE (128u * 1024)
 #define LLAMA_HOP_LIMIT 1
+/* Inline bytes asked of the QP: a frame up to this size goes in the WQE. */
+#define RDMA_INLINE 256
 
 static const char *wc_status_text(int st) { return dev_wc_status_name(st); }
 
@@ -100,10 +102,22 @@ int link_rdma_setup(struct xport *x, char *err, size_t errlen)
     } while (0)
     STEP(tbrt_pd_alloc(dev, &x->pd), "alloc_pd");
     STEP(tbrt_cq_create(dev, (int)(2 * x->nbuf + 8), &x->cq), "create_cq");
+    /* inline data for small frames (a flush of a few bytes is one SEND with
+     * its bytes in the WQE), where the device grants it */
     tbrt_qp_init qi = {.send_cq = x->cq, .recv_cq = x->cq, .qp_type = x->qp_type,
                        .cap = {.max_send_wr = (uint32_t)depth, .max_recv_wr = (uint32_t)depth,
-                               .max_send_sge = 1, .max_recv_sge = 1}};
-    STEP(tbrt_qp_create(x->pd, &qi, &x->qp), "create_qp");
+                               .max_send_sge = 1, .max_recv_sge = 1,
+                               .max_inline_data = RDMA_INLINE}};
+    rc = tbrt_qp_create(x->pd, &qi, &x->qp);
+    if (rc == -EINVAL) {
+        /* a provider that refuses inline data outright: go without it */
+        qi.cap.max_inline_data = 0;
+        rc = tbrt_qp_create(x->pd, &qi, &x->qp);
+    }
+    if (rc)
+        return err_set(err, errlen, -rc, "link %d: probe: create_qp: %s", x->link_id,
+                       tbrt_dev_why(dev));
+    x->max_inline = TBRT_MIN(qi.cap.max_inline_data, (uint32_t)RDMA_INLINE);
     x->ring_bytes = (size_t)x->nbuf * x->stride;
     x->send_ring_bytes = x->ring_bytes;
     x->send_mem = rdma_ring_alloc(x->ring_bytes);
@@ -350,6 +364,10 @@ static int rdma_progress(struct xport *x)
             int rc = frame_arrived(x, &wc[i]);
             if (rc)
                 return rc;
+        } else if (wc[i].wr_id & RDMA_INLINE_TAG) {
+            if (!x->inline_count)
+                return xport_fail(x, EPROTO, "inline send completion, none in flight");
+            x->inline_count--;
         } else {
             uint32_t buf = (uint32_t)(wc[i].wr_id & 0xffff);
             if (!x->send_count || buf != x->send_head)
@@ -392,16 +410,26 @@ static int post_pending(struct xport *x)
         frame_hdr_write(at, magic, len, seq);
     uint32_t bytes = x->framing == TBRT_FRAMING_VARIABLE ? TBRT_STRIDE_HDR + x->pend_len
                                                          : x->stride;
+    /* inline: the device copies the frame at post, so the stride is free
+     * again at once (the next frame is written where this one was) */
+    bool inl = bytes <= x->max_inline;
     struct ibv_sge sge = {.addr = (uintptr_t)at, .length = bytes, .lkey = x->send_mr->lkey};
-    struct ibv_send_wr wr = {.wr_id = i, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
-                             .send_flags = IBV_SEND_SIGNALED};
+    struct ibv_send_wr wr = {.wr_id = inl ? RDMA_INLINE_TAG : i, .sg_list = &sge, .num_sge = 1,
+                             .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED | (inl ? IBV_SEND_INLINE : 0)};
     int rc = tbrt_post_send(x->qp, &wr, NULL);
     if (rc)
-        return xport_fail(x, -rc, "post_send stride %u (%u bytes): %s", i, bytes,
-                         tbrt_dev_why(x->dev));
+        return xport_fail(x, -rc, "post_send stride %u (%u bytes%s): %s", i, bytes,
+                         inl ? ", inline" : "", tbrt_dev_why(x->dev));
     if (DBG_ON(DBG_FRAME))
-        dbg_frame(x, "frame out", i, seq, len, bytes, &x->dbg_last_out);
-    x->send_count++;
+        dbg_frame(x, inl ? "frame out inline" : "frame out", i, seq, len, bytes,
+                  &x->dbg_last_out);
+    if (inl) {
+        x->inline_count++;
+        x->stats.inline_sends++;
+    } else {
+        x->send_count++;
+    }
     x->stats.frames_sent++;
     x->pend_buf = -1;
     x->pend_len = 0;
@@ -412,8 +440,9 @@ static bool acquire(struct xport *x)
 {
     if (x->pend_buf >= 0)
         return true;
-    if (x->send_count == x->nbuf) {
-        if (rdma_progress(x) < 0 || x->send_count == x->nbuf)
+    /* its SEND will need a place in the send queue (nbuf deep) */
+    if (x->send_count + x->inline_count == x->nbuf) {
+        if (rdma_progress(x) < 0 || x->send_count + x->inline_count == x->nbuf)
             return false;
     }
     x->pend_buf = (int)((x->send_head + x->send_count) % x->nbuf);
@@ -546,14 +575,14 @@ int rdma_fds(struct xport *x, int *fds, int max)
 
 static bool rdma_writable(struct xport *x)
 {
-    return x->pend_buf >= 0 || x->send_count < x->nbuf;
+    return x->pend_buf >= 0 || x->send_count + x->inline_count < x->nbuf;
 }
 
 size_t rdma_readable(struct xport *x) { return x->inq_bytes; }
 
-static bool rdma_idle(struct xport *x) { return x->send_count == 0; }
+static bool rdma_idle(struct xport *x) { return x->send_count + x->inline_count == 0; }
 
-static int rdma_inflight(struct xport *x) { return (int)x->send_count; }
+static int rdma_inflight(struct xport *x) { return (int)(x->send_count + x->inline_count); }
 
 /* A teardown step's result: the first failure is kept for close to report,
  * and the step shows as "qp(failed)" in the log. */

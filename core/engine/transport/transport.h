@@ -104,8 +104,10 @@ struct xport {
     int framing, qp_type;
     uint32_t psn;
     tbrt_caps peer;
-    /* send ring: strides [send_head, send_head+send_count) are in flight */
+    /* send ring: strides [send_head, send_head+send_count) are in flight;
+     * inline_count inline SENDs too (their strides were free at post) */
     uint32_t send_head, send_count;
+    uint32_t inline_count;
     int pend_buf;               /* stride being filled, -1 when none */
     uint32_t pend_len;
     uint32_t send_seq;
@@ -148,5 +150,6 @@ size_t rdma_readable(struct xport *x);
 void rdma_teardown(struct xport *x);
 void *rdma_ring_alloc(size_t bytes);
 #define RDMA_RECV_TAG (1ull << 20)   /* wr_id bit of receive completions */
+#define RDMA_INLINE_TAG (1ull << 21) /* wr_id bit of inline sends' completions */
 
 #endif

@@ -170,7 +170,18 @@ struct soft_wire_cq;            /* the wire's half of a completion queue (its wa
 struct soft_wire_srq;           /* the wire's half of a shared receive queue */
 
 /* What finished work reports: the wire fills it; the objects check it
- * against their records and make the completion. */
+ * against their records and make the completion.
+ *
+ * Scatter-to-CQE (as mlx5 writes a received message of up to 32 bytes
+ * into the CQE itself, and the provider copies it into the receive's
+ * buffers when it polls): a wire may hand a small received message over
+ * in the result instead of placing it in the receive's buffers. Then
+ * data_len == byte_len bytes are in data[], the buffers are untouched, and
+ * the objects place the bytes into the scatter list they recorded at
+ * post_recv (each lkey checked with mr_local, as the wire would have), so
+ * the message crosses from the executor to the owner in the result's cache
+ * lines alone. A wire that places every message leaves data_len 0. */
+#define SOFT_RESULT_DATA 32
 struct soft_result {
     uint64_t stamp;             /* soft_stamp() when it finished: the order of a CQ's
                                    completions, and their timestamps (soft_stamp_ns) */
@@ -183,6 +194,8 @@ struct soft_result {
     uint16_t wc_flags;          /* IBV_WC_GRH | IBV_WC_WITH_IMM */
     uint32_t qp_num;            /* SRQ receives: the QP that received it (the objects
                                    check it is one of the SRQ's); otherwise 0 */
+    uint8_t data_len;           /* receives: bytes of the message in data[] (scatter-to-CQE) */
+    uint8_t data[SOFT_RESULT_DATA];
 };
 
 /* A cheap clock shared by the processes of a host, for stamps (the TSC
@@ -352,6 +365,13 @@ struct soft_wire_ops {
     int (*mr_reg)(struct soft_wire *w, void *addr, size_t len, uint64_t iova, uint32_t access,
                   uint32_t *key, char *why, size_t whylen);
     void (*mr_dereg)(struct soft_wire *w, uint32_t key);
+    /* Optional (NULL: the objects find the region in their own list):
+     * resolve [addr, addr+len) of one of this device's keys, needing these
+     * IBV_ACCESS_* bits, to a pointer in this process. 0, or -EINVAL /
+     * -ENOENT (no such key), -ERANGE (out of its bounds), -EACCES. For the
+     * objects placing a scatter-to-CQE result (soft_result.data). */
+    int (*mr_local)(struct soft_wire *w, uint32_t key, uint64_t addr, uint64_t len,
+                    uint32_t access, void **out);
 
     /* Completion queues: the wake-up (its fd in *fd), arming it, draining it. */
     int (*cq_create)(struct soft_wire *w, struct soft_wire_cq **out, int *fd, char *why,

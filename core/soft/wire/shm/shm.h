@@ -68,7 +68,8 @@
 #include "soft/wire/alarm.h"
 
 #define SHM_CTX_MAGIC 0x54464f5354524254ull /* "TBRTSOFT" */
-#define SHM_CTX_VERSION 3
+#define SHM_CTX_VERSION 4         /* 3: one-line receive results, WQE-shaped sends; 4: SRQs,
+                                     atomics, 30 SGEs, iova, the event doorbell */
 #define SHM_CTX_SIZE (256ull << 20)         /* sparse: pages appear on use */
 #define SHM_MR_MAX (SOFT_MAX_MR + 1) /* entry 0 is never used: keys are never 0 */
 #define SHM_MAX_CQ 1024                     /* CQ doorbells per context */
@@ -119,6 +120,27 @@ struct shm_doorbell {
     ((SHM_CTX_MR_OFF + SHM_MR_MAX * sizeof(struct shm_mr_entry) + SHM_PAGE - 1) &   \
      ~(uint64_t)(SHM_PAGE - 1))
 
+/* A finished receive, as its executor leaves it in the receive's slot: the
+ * result, and a message of up to SHM_CQE_DATA bytes itself (scatter-to-CQE,
+ * wire.h: the owner places it), in the slot's first cache line with seq, so
+ * a small message crosses from the sender to the receiver in that one line,
+ * which the receiver polls in place. */
+#define SHM_CQE_DATA 32
+_Static_assert(SHM_CQE_DATA <= SOFT_RESULT_DATA && SHM_CQE_DATA <= SOFT_MAX_INLINE,
+               "a result's message fits the objects' result and a send's inline area");
+struct shm_cqe {
+    uint64_t stamp;
+    uint32_t byte_len;
+    uint32_t imm;
+    uint32_t src_qp;
+    uint8_t status, opcode, wc_flags;
+    uint8_t data_len;           /* bytes of data[] (0: the message is in the buffers) */
+    union {
+        uint8_t data[SHM_CQE_DATA];
+        uint32_t vendor_err;    /* a failed receive's (it carries no message) */
+    };
+};
+
 /* A posted receive. With one or two scatter entries it is one cache line:
  * copy it with shm_rqe_copy, which touches the second only when needed.
  * Whoever takes it (a CAS on the queue's rq_cons) copies it; to report, it
@@ -131,14 +153,23 @@ struct shm_rqe {
     /* index + 1 while posted, | WRITING while its result is being written,
      * | DONE once the result is there */
     SHM_OWN_LINE _Atomic uint64_t seq;
-    uint32_t num_sge;
-    uint32_t pad;
-    uint64_t total;
     union {
-        struct ibv_sge sge[SOFT_MAX_SGE];
-        struct soft_result res;
+        struct {
+            uint32_t num_sge;
+            uint32_t pad;
+            uint64_t total;
+            struct ibv_sge sge[SOFT_MAX_SGE];
+        };
+        struct {
+            struct shm_cqe res;
+            /* an SRQ's receive: the QP it arrived at, past the result's line
+             * (only an SRQ's owner reads it; the SGEs here were taken) */
+            uint32_t res_qpn;
+        };
     };
 };
+_Static_assert(offsetof(struct shm_rqe, res) + sizeof(struct shm_cqe) <= SHM_LINE,
+               "a finished receive is one cache line");
 
 /* Copy a posted receive's scatter list into a local, touching a second
  * line only when needed. Returns false (nothing copied beyond num_sge) when
@@ -159,47 +190,50 @@ static inline bool shm_rq_posted(struct shm_rqe *rq, uint32_t cap, uint64_t c)
     return atomic_load_explicit(&rq[c % cap].seq, memory_order_acquire) == c + 1;
 }
 
+/* How a send finished, written by its executor before sq_head passes it. */
+struct shm_sres {
+    uint64_t stamp;
+    uint32_t vendor_err;
+    uint8_t status;
+    uint8_t pad[3];
+};
+
 /* A posted send, in shared memory so either end can execute it. No
  * pointers and no wr_id (the owner keeps that): the address handle of a UD
- * send is copied in. */
+ * send is copied in. Laid out as a WQE: one line every send needs (which
+ * the executor copies once), then its gather list or, with
+ * IBV_SEND_INLINE, its bytes (copied at post), then what only UD (or an
+ * atomic) needs,
+ * then the result. */
 struct shm_swr {
-    uint32_t opcode;            /* enum ibv_wr_opcode */
+    SHM_OWN_LINE uint32_t opcode; /* enum ibv_wr_opcode */
     uint32_t send_flags;
     uint32_t imm_data;          /* as given (network order) */
     uint32_t num_sge;
-    uint64_t remote_addr;
-    uint64_t compare_add, swap; /* atomics */
-    uint32_t rkey;
-    uint32_t remote_qpn;        /* UD */
-    uint32_t remote_qkey;       /* UD */
-    uint32_t pad;
     uint64_t total;
+    uint64_t remote_addr;
+    uint32_t rkey;
+    uint32_t flags;             /* SOFT_SEND_* */
     /* the executor's state across tries */
     int32_t rnr_count;
-    uint32_t pad2;
+    uint32_t pad;
     uint64_t first_try_ns;      /* RC: first try without an answer */
     uint64_t next_try_ns;       /* RC: after an RNR NAK */
-    struct soft_result res;     /* written before sq_head passes it */
-    uint8_t dgid[16];           /* UD: from the address handle */
-    uint8_t sgid[16];           /* UD: our GID it names, for the GRH */
-    uint32_t flags;             /* SOFT_SEND_* */
-    uint32_t pad3;
-    /* the gather list: only num_sge entries are written and read */
-    struct ibv_sge sge[SOFT_MAX_SGE];
-    uint8_t inl[SOFT_MAX_INLINE]; /* IBV_SEND_INLINE data, copied at post */
+    union {
+        struct ibv_sge sge[SOFT_MAX_SGE];
+        uint8_t inl[SOFT_MAX_INLINE]; /* IBV_SEND_INLINE data, copied at post */
+    };
+    /* UD */
+    uint32_t remote_qpn;
+    uint32_t remote_qkey;
+    uint8_t dgid[16];           /* from the address handle */
+    uint8_t sgid[16];           /* our GID it names, for the GRH */
+    /* atomics (RC only: UD's fields are unused there) */
+    uint64_t compare_add, swap;
+    struct shm_sres res;
 };
-
-/* Copy a send slot's fixed part and its gather list into a local, reading
- * no more SGEs than num_sge says (checked first). false: num_sge is
- * impossible (nothing of the list copied). */
-static inline bool shm_swr_copy(struct shm_swr *to, const struct shm_swr *from)
-{
-    memcpy(to, from, offsetof(struct shm_swr, sge));
-    if (to->num_sge > SOFT_MAX_SGE)
-        return false;
-    memcpy(to->sge, from->sge, to->num_sge * sizeof from->sge[0]);
-    return true;
-}
+#define SHM_SWR_HEAD offsetof(struct shm_swr, sge)
+_Static_assert(SHM_SWR_HEAD == SHM_LINE, "what every send needs is one cache line");
 
 /* The shared half of a queue pair: state, receive queue, send queue. */
 struct shm_qp_block {
@@ -363,6 +397,7 @@ struct shm_rq_own {
     uint32_t cap;
     uint64_t prod;              /* posted */
     bool many_senders;          /* UD, SRQ: a dead sender's taken receive is taken back */
+    bool srq;                   /* an SRQ's: results name the QP they arrived at */
     unsigned idle;              /* empty reaps since cons was last checked */
     uint64_t stall_ns;
 };
@@ -520,7 +555,7 @@ struct shm_exec {
     uint64_t index;                 /* the send being run */
     struct soft_result res;         /* and how it finished */
     bool peer_bad;                  /* the connected peer's lookup found a bad value */
-    char why[TBRT_WHY_MAX];
+    char why[TBRT_WHY_MAX];         /* last: not cleared per send (exec_init) */
 };
 
 /* No RNR timer is longer than this (IB spec table 45): a later retry time

@@ -5,7 +5,10 @@
  * Running a send takes the target's oldest posted receive (CAS on its
  * rq_cons), copies the message straight into the receive's buffers (the one
  * copy of a transfer), then leaves a result in the receive's slot; the
- * send's own result is written by shm_exec.c.
+ * send's own result is written by shm_exec.c. A SEND of at most
+ * SHM_CQE_DATA bytes goes into the result itself instead (scatter-to-CQE,
+ * wire.h): one cache line from sender to receiver, and the receive's
+ * buffers, placed by their owner, need no key lookup in a peer's table.
  *
  * When the target cannot take the message, the personality decides:
  *   apple-uc   credit flow control: the send waits for a posted receive.
@@ -198,17 +201,32 @@ static int no_receive(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *
 }
 
 /* Leave a result in receive c of the target (if the target did not take
- * it back meanwhile) and wake the target's CQ if it waits. */
-static void recv_done(struct shm_exec *e, uint64_t c, const struct soft_result *r)
+ * it back meanwhile), with the message itself when data_len > 0 (at most
+ * SHM_CQE_DATA bytes: scatter-to-CQE), and wake the target's CQ if it
+ * waits. */
+static void recv_done(struct shm_exec *e, uint64_t c, const struct soft_result *r,
+                      const uint8_t *data, uint32_t data_len)
 {
     struct shm_rqe *slot = &e->tv->rq[c % e->tv->rq_cap];
     uint64_t want = c + 1;
     if (!atomic_compare_exchange_strong_explicit(&slot->seq, &want, (c + 1) | SHM_RQE_WRITING,
                                                  memory_order_acquire, memory_order_relaxed))
         return;                 /* flushed or reset: the result has no one to go to */
-    memcpy(&slot->res, r, sizeof *r);
-    slot->res.stamp = soft_stamp();
-    slot->res.qp_num = e->tv->qpn;  /* an SRQ's owner needs to know which QP */
+    struct shm_cqe *x = &slot->res;
+    x->stamp = soft_stamp();
+    x->byte_len = r->byte_len;
+    x->imm = r->imm;
+    x->src_qp = r->src_qp;
+    x->status = r->status;
+    x->opcode = r->opcode;
+    x->wc_flags = (uint8_t)r->wc_flags;
+    x->data_len = (uint8_t)data_len;
+    if (data_len)
+        memcpy(x->data, data, SHM_CQE_DATA); /* all of it: one fixed-size copy */
+    else
+        x->vendor_err = r->vendor_err;
+    if (e->tv->srq)
+        slot->res_qpn = e->tv->qpn;     /* an SRQ's owner must know which QP (line 2) */
     atomic_store_explicit(&slot->seq, (c + 1) | SHM_RQE_DONE, memory_order_release);
     shm_ring(e->w, e->tv->peer, e->tv->recv_db, e->tv->recv_dbi);
 }
@@ -217,7 +235,24 @@ static void recv_err(struct shm_exec *e, uint64_t c, enum ibv_wc_status st, uint
 {
     struct soft_result r = {.status = (uint8_t)st, .opcode = IBV_WC_RECV, .vendor_err = verr,
                             .src_qp = e->sv->qpn};
-    recv_done(e, c, &r);
+    recv_done(e, c, &r, NULL, 0);
+}
+
+/* The bytes of a small message, from its gather list (or inline data), in
+ * one piece of SHM_CQE_DATA bytes (what follows the message is left as
+ * it was: data_len says how much counts). */
+static void gather_bytes(const struct shm_swr *w, void *const *src, uint8_t *out)
+{
+    if (w->send_flags & IBV_SEND_INLINE) {
+        /* within the slot's inline area whatever the total */
+        memcpy(out, src[0], SHM_CQE_DATA);
+        return;
+    }
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < w->num_sge; i++) {
+        memcpy(out + off, src[i], w->sge[i].length);
+        off += w->sge[i].length;
+    }
 }
 
 /* Is a receive posted at the target? If not, ask the target to run us
@@ -423,6 +458,20 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
             shm_mark_err(e->w, e->tv, SOFT_WIRE_CAUSE_NONE);  /* its completion says so */
             return shm_exec_fail(e, IBV_WC_REM_INV_REQ_ERR, SOFT_VERR_REMOTE);
         }
+        bool imm = op == IBV_WR_SEND_WITH_IMM;
+        if (w->total <= SHM_CQE_DATA) {
+            /* scatter-to-CQE: the message goes in the result's line; the
+             * owner places it (and checks its own keys then, as mlx5's
+             * provider copies a CQE's data into the receive's buffers) */
+            uint8_t data[SHM_CQE_DATA] = {0};
+            gather_bytes(w, src, data);
+            struct soft_result res = {.status = IBV_WC_SUCCESS, .opcode = IBV_WC_RECV,
+                                      .byte_len = (uint32_t)w->total, .src_qp = e->sv->qpn,
+                                      .wc_flags = imm ? IBV_WC_WITH_IMM : 0,
+                                      .imm = imm ? w->imm_data : 0};
+            recv_done(e, c, &res, data, (uint32_t)w->total);
+            return SHM_DONE;
+        }
         uint32_t verr = 0;
         int src_rc = scatter(e, w, src, &r, 0, &verr);
         if (src_rc == -EBADMSG) {
@@ -444,7 +493,7 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
         .byte_len = (uint32_t)w->total, .src_qp = e->sv->qpn,
         .wc_flags = imm ? IBV_WC_WITH_IMM : 0, .imm = imm ? w->imm_data : 0,
     };
-    recv_done(e, c, &res);
+    recv_done(e, c, &res, NULL, 0);
     return SHM_DONE;
 }
 
@@ -517,7 +566,7 @@ int shm_deliver_ud(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
                                   .byte_len = (uint32_t)(GRH + w->total), .src_qp = q->qpn,
                                   .wc_flags = IBV_WC_GRH | (imm ? IBV_WC_WITH_IMM : 0),
                                   .imm = imm ? w->imm_data : 0};
-        recv_done(e, c, &res);
+        recv_done(e, c, &res, NULL, 0);
     } else {
         recv_err(e, c, src_rc == -EBADMSG ? IBV_WC_LOC_QP_OP_ERR : IBV_WC_LOC_PROT_ERR, verr);
         if (src_rc == -EBADMSG) {

@@ -75,10 +75,7 @@ int shm_exec_broken(struct shm_exec *e, bool in_target, const char *fmt, ...)
 static const char *swr_fetch(struct shm_exec *e, const struct shm_swr *slot, struct shm_swr *w,
                              char *t, size_t tlen)
 {
-    if (!shm_swr_copy(w, slot)) {
-        snprintf(t, tlen, "num_sge %u > %d", w->num_sge, SOFT_MAX_SGE);
-        return t;
-    }
+    memcpy(w, slot, SHM_SWR_HEAD);
     uint32_t op = w->opcode, type = e->sv->qp_type;
     bool atomic = op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
     bool ok_op = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM ||
@@ -97,6 +94,11 @@ static const char *swr_fetch(struct shm_exec *e, const struct shm_swr *slot, str
                  (w->send_flags & IBV_SEND_INLINE) ? ", inline" : "");
         return t;
     }
+    if (atomic) {
+        /* an atomic's operands live past the gather list, with UD's fields */
+        w->compare_add = slot->compare_add;
+        w->swap = slot->swap;
+    }
     if (w->send_flags & IBV_SEND_INLINE) {
         if (w->total > SOFT_MAX_INLINE) {
             snprintf(t, tlen, "inline total %llu > %d", (unsigned long long)w->total,
@@ -104,6 +106,11 @@ static const char *swr_fetch(struct shm_exec *e, const struct shm_swr *slot, str
             return t;
         }
     } else {
+        if (w->num_sge > SOFT_MAX_SGE) {
+            snprintf(t, tlen, "num_sge %u > %d", w->num_sge, SOFT_MAX_SGE);
+            return t;
+        }
+        memcpy(w->sge, slot->sge, w->num_sge * sizeof w->sge[0]);
         uint64_t sum = 0;
         for (uint32_t i = 0; i < w->num_sge; i++)
             sum += w->sge[i].length;
@@ -113,6 +120,9 @@ static const char *swr_fetch(struct shm_exec *e, const struct shm_swr *slot, str
             return t;
         }
     }
+    if (type == IBV_QPT_UD)
+        memcpy(&w->remote_qpn, &slot->remote_qpn, offsetof(struct shm_swr, res) -
+               offsetof(struct shm_swr, remote_qpn));
     if ((w->next_try_ns && w->next_try_ns > shm_exec_now(e) + SHM_RNR_MAX_NS) ||
         (w->first_try_ns && w->first_try_ns > shm_exec_now(e))) {
         snprintf(t, tlen, "next_try_ns %llu / first_try_ns %llu lie beyond any timer (now %llu)",
@@ -206,8 +216,8 @@ static uint64_t run(struct shm_exec *e, uint64_t tail)
         if (r == SHM_WAIT || r == SHM_SKIP || r == SHM_BROKEN)
             break;
         /* the result, then the head: the owner reaps what the head passed */
-        e->res.stamp = soft_stamp();
-        memcpy(&slot->res, &e->res, sizeof e->res);
+        slot->res = (struct shm_sres){.stamp = soft_stamp(), .status = e->res.status,
+                                      .vendor_err = e->res.vendor_err};
         atomic_store_explicit(&sh->sq_head, ++h, memory_order_release);
         if (!e->local)
             shm_ring(e->w, sv->peer, sv->send_db, sv->send_dbi);
@@ -234,14 +244,27 @@ static uint64_t run(struct shm_exec *e, uint64_t tail)
     return h - h0;
 }
 
+/* Everything zero but the text of a bad value (written before it is read;
+ * clearing its 512 bytes for every send would cost more than the send). */
+static void exec_init(struct shm_exec *e, struct soft_wire *w, struct shm_view *sv)
+{
+    memset(e, 0, offsetof(struct shm_exec, why));
+    e->w = w;
+    e->sv = sv;
+}
+
 void shm_sq_run_own(struct soft_wire_qp *q)
 {
     if (atomic_load_explicit(&q->sh->sq_head, memory_order_relaxed) == q->sq_tail || q->stopped)
         return;
     if (!own_lock(q))
         return;                 /* the other end is running it */
-    struct shm_exec e = {.w = q->w, .sv = &q->self, .local = q, .rnr_retry = q->a.rnr_retry,
-                         .port = q->a.port, .dev_index = (uint8_t)q->w->cfg.dev_index};
+    struct shm_exec e;
+    exec_init(&e, q->w, &q->self);
+    e.local = q;
+    e.rnr_retry = q->a.rnr_retry;
+    e.port = q->a.port;
+    e.dev_index = (uint8_t)q->w->cfg.dev_index;
     /* our own results: a waiting CQ hears of them as of a peer's (only of
      * results: a ring for nothing would wake a sleeper into a busy loop) */
     if (run(&e, q->sq_tail))
@@ -256,8 +279,12 @@ void shm_sq_run_peer(struct soft_wire_qp *target)
     if (atomic_load_explicit(&sh->sq_head, memory_order_relaxed) == tail ||
         !shm_sq_lock(target->w, sh, false))
         return;
-    struct shm_exec e = {.w = target->w, .sv = sv, .served = target, .tv = &target->self,
-                         .rnr_retry = sh->rnr_retry & 7, .port = sh->port,
-                         .dev_index = sh->dev_index};
+    struct shm_exec e;
+    exec_init(&e, target->w, sv);
+    e.served = target;
+    e.tv = &target->self;
+    e.rnr_retry = sh->rnr_retry & 7;
+    e.port = sh->port;
+    e.dev_index = sh->dev_index;
     run(&e, tail);
 }

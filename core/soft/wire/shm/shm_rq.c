@@ -102,7 +102,17 @@ int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *who, bool
     if (writing && stopped && shm_rq_writing_ends(e, c))
         seq = atomic_load_explicit(&e->seq, memory_order_acquire);
     if (seq == ((c + 1) | SHM_RQE_DONE)) {
-        memcpy(r, &e->res, sizeof *r);
+        struct shm_cqe x;       /* the one copy of what the executor wrote */
+        memcpy(&x, &e->res, sizeof x);
+        *r = (struct soft_result){.stamp = x.stamp, .byte_len = x.byte_len, .imm = x.imm,
+                                  .src_qp = x.src_qp, .status = x.status, .opcode = x.opcode,
+                                  .wc_flags = x.wc_flags, .data_len = x.data_len,
+                                  .vendor_err = x.status ? x.vendor_err : 0};
+        /* a data_len beyond the line is a bad value the objects refuse */
+        if (x.data_len)
+            memcpy(r->data, x.data, SHM_CQE_DATA);
+        if (o->srq)
+            r->qp_num = e->res_qpn;     /* checked by the objects against the SRQ's QPs */
         return 1;
     }
     if (stopped) {

@@ -45,7 +45,7 @@ int shm_srq_create(struct soft_wire *w, const struct soft_wire_srq_init *init,
     s->sh->cap = s->cap;
     s->sh->magic = SHM_SRQ_MAGIC;
     s->own = (struct shm_rq_own){.rq = s->sh->rq, .cons = &s->sh->rq_cons, .cap = s->cap,
-                                 .many_senders = true};
+                                 .many_senders = true, .srq = true};
     s->next = w->srqs;
     w->srqs = s;
     *srqn = s->srqn;

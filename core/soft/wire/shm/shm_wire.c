@@ -302,24 +302,21 @@ static void shm_post_recv(struct soft_wire_qp *q, uint64_t index, const struct s
 static void shm_post_send(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_send *s)
 {
     struct shm_swr *w = &q->self.sq[index % q->sq_cap];
-    memset(w, 0, offsetof(struct shm_swr, sge));   /* the SGEs beyond num_sge are never read */
     w->opcode = s->opcode;
     w->send_flags = s->send_flags;
     w->imm_data = s->imm_data;
     w->num_sge = s->num_sge;
-    memcpy(w->sge, s->sge, (size_t)s->num_sge * sizeof w->sge[0]);
     w->total = s->total;
     w->remote_addr = s->remote_addr;
     w->rkey = s->rkey;
-    w->compare_add = s->compare_add;
-    w->swap = s->swap;
-    w->remote_qpn = s->remote_qpn;
-    w->remote_qkey = s->remote_qkey;
-    w->flags = s->flags;
-    if (q->qp_type == IBV_QPT_UD) {
-        memcpy(w->dgid, s->dgid, 16);
-        memcpy(w->sgid, s->sgid, 16);
+    if (TBRT_UNLIKELY(s->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                      s->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)) {
+        w->compare_add = s->compare_add;
+        w->swap = s->swap;
     }
+    w->flags = s->flags;
+    w->rnr_count = 0;
+    w->first_try_ns = w->next_try_ns = 0;
     if (s->send_flags & IBV_SEND_INLINE) {
         /* the data goes now: the caller may reuse its buffer on return */
         uint64_t off = 0;
@@ -327,6 +324,14 @@ static void shm_post_send(struct soft_wire_qp *q, uint64_t index, const struct s
             memcpy(w->inl + off, (void *)(uintptr_t)s->sge[i].addr, s->sge[i].length);
             off += s->sge[i].length;
         }
+    } else {
+        memcpy(w->sge, s->sge, (size_t)s->num_sge * sizeof w->sge[0]);
+    }
+    if (q->qp_type == IBV_QPT_UD) {
+        w->remote_qpn = s->remote_qpn;
+        w->remote_qkey = s->remote_qkey;
+        memcpy(w->dgid, s->dgid, 16);
+        memcpy(w->sgid, s->sgid, 16);
     }
     q->sq_tail = index + 1;
     atomic_store_explicit(&q->sh->sq_tail, q->sq_tail, memory_order_release);
@@ -363,7 +368,9 @@ static int shm_send_done(struct soft_wire_qp *q, uint64_t h, struct soft_result 
     }
     if (head == h)
         return 0;
-    memcpy(r, &q->self.sq[h % q->sq_cap].res, sizeof *r);
+    struct shm_sres x;
+    memcpy(&x, &q->self.sq[h % q->sq_cap].res, sizeof x);
+    *r = (struct soft_result){.stamp = x.stamp, .status = x.status, .vendor_err = x.vendor_err};
     q->sq_reaped = h + 1;
     return 1;
 }
@@ -443,6 +450,7 @@ const struct soft_wire_ops soft_wire_shm = {
     .reaches = shm_reaches,
     .mr_reg = shm_mr_reg,
     .mr_dereg = shm_mr_dereg,
+    .mr_local = shm_local_mem,
     .cq_create = shm_cq_create,
     .cq_destroy = shm_cq_destroy,
     .cq_arm = shm_cq_arm,

@@ -51,7 +51,8 @@ static uint32_t opt(uint8_t *out, uint16_t code, const void *v, uint16_t len)
 {
     memcpy(out, &code, 2);
     memcpy(out + 2, &len, 2);
-    memcpy(out + 4, v, len);
+    if (len)
+        memcpy(out + 4, v, len);     /* (v may be NULL for an empty option) */
     uint32_t n = 4 + ((len + 3u) & ~3u);
     memset(out + 4 + len, 0, n - 4 - len);
     return n;

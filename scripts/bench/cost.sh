@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# cost.sh - instructions per operation, from callgrind (deterministic: the
+# same on a loaded machine as on an idle one), for deciding between designs.
+#
+#   scripts/bench/cost.sh [BUILD]       (default build/; needs valgrind)
+#
+# Prints one line per figure: 'name instructions': an 8 B and a 64 B round
+# trip (both ends in one process, so both ends' work) with 1 and 64 links
+# open, and one link's setup (both ends) with 1 and 64 links open.
+set -eu
+B=${1:-build}
+export TBRT_SOFT_FABRIC=${TBRT_SOFT_FABRIC:-cost-$$}
+command -v valgrind >/dev/null || { echo "cost.sh: valgrind is not installed" >&2; exit 1; }
+T=$(mktemp -d /tmp/tbrt-cost.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+ir() {   # ir FUNCTION ARGS... -> instructions inside FUNCTION
+  local fn=$1; shift
+  valgrind --tool=callgrind --toggle-collect="$fn" --callgrind-out-file="$T/out" \
+    "$B/tbrt-cost" "$@" >"$T/stdout" 2>"$T/stderr" || { cat "$T/stderr" >&2; return 1; }
+  awk '/^summary:/{print $2}' "$T/out"
+}
+PERS=${TBRT_COST_PERSONALITY:-linux-rc}
+N=2000
+for size in 8 64; do
+  for links in 1 64; do
+    v=$(ir cost_pingpong soft "$PERS" pingpong "$size" "$N" "$links")
+    echo "round_trip_${size}b_${links}links $(( v / N ))"
+  done
+done
+for links in 1 64; do
+  echo "setup_${links}links $(ir cost_setup soft "$PERS" setup 0 0 "$links")"
+done
