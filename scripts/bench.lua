@@ -211,7 +211,7 @@ end
 -- views against copies, the memcpy ceilings, the tcp link busy-polling, many
 -- links (scripts/bench/figures_*.lua): their figures join r, their rows the table
 local more_rows = {}
-for _, part in ipairs({ "figures_views", "figures_scale" }) do
+for _, part in ipairs({ "figures_views", "figures_scale", "figures_udp" }) do
   local rows = dofile(root .. "/scripts/bench/" .. part .. ".lua")({ r = r, measure = measure,
     sh = sh, build = build, tbrt = tbrt, root = root, pers = PERS, runs = RUNS, qperf = qperf })
   for _, row in ipairs(rows) do more_rows[#more_rows + 1] = row end

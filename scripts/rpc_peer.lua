@@ -83,12 +83,9 @@ opts.exchange = rpc:hello_exchange(function(role, _, v)
   else say("hello: a client") end
 end)
 if args.faults then
-  -- the devices' fault injection, where this build has it: a link option
-  local accepted = pcall(link.check_opts, { faults = args.faults })
-  if not accepted then
-    die("--faults: not supported yet: this build's devices have no fault injection " ..
-      "(no 'faults' link option)")
-  end
+  -- the soft device's fault sets, TBRT_FAULTS's syntax (a link option)
+  local accepted, err = pcall(link.check_opts, { faults = args.faults })
+  if not accepted then die("--faults: " .. tostring(err)) end
   opts.faults = args.faults
 end
 

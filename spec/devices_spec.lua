@@ -12,10 +12,10 @@ local function ok_run(r, code)
   assert.equal(code or 0, r.code, H.describe(r))
 end
 
-local function devices(args)
+local function devices(args, env)
   local full = { "devices" }
   for _, a in ipairs(args or {}) do full[#full + 1] = a end
-  return H.run_tbrt(full)
+  return H.run_tbrt(full, { env = env })
 end
 
 local function lines(text)
@@ -82,6 +82,15 @@ describe("tbrt devices", function()
     -- what the flavor column means, once, under the table
     assert.matches("\nflavor: [^\n]+\n%s+apple%s+[^\n]*TN3205[^\n]*UC", r.stdout)
     assert.matches("\n%s+linux%s+[^\n]*RC", r.stdout)
+  end)
+
+  it("with -v shows each soft device's wire", function()
+    local r = devices({ "-v", "-d", "soft0" })
+    ok_run(r)
+    assert.matches("\n    wire: +auto %(shared memory on this host, RoCEv2 over UDP port %d+ elsewhere%)", r.stdout)
+    r = devices({ "-v", "-d", "soft0" }, { TBRT_SOFT_WIRE = "udp" })
+    ok_run(r)
+    assert.matches("\n    wire: +udp %(RoCEv2 over UDP port %d+%)", r.stdout)
   end)
 
   it("with -v shows each usable device as ibv_devinfo -v does: limits, ports, MTUs, GIDs with types", function()
@@ -186,6 +195,7 @@ describe("tbrt devices", function()
     local dev = assert(verbs.open("soft1"))
     local a = assert(dev:query())
     local j = got[1]
+    assert.matches("^auto %(shared memory on this host, RoCEv2 over UDP port %d+ elsewhere%)", j.wire)
     assert.equal(a.max_qp, j.attributes.max_qp)
     assert.equal(a.max_qp_wr, j.attributes.max_qp_wr)
     assert.equal(a.max_sge, j.attributes.max_sge)

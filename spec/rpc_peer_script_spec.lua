@@ -2,8 +2,8 @@
 -- (HELLO, then an echo of every command) and its client (HELLO, then a
 -- scripted command sequence) against each other in both llama framings,
 -- the client against the llama.cpp-like server of spec/support, a --script
--- file, and the options it must refuse (--faults where the devices have no
--- fault injection yet); and pair.lua --framing.
+-- file, and the options it must refuse (an unknown fault, by name); and
+-- pair.lua --framing.
 local cjson = require("cjson")
 local H = require("helpers")
 local L = require("links")
@@ -62,10 +62,13 @@ describe("scripts/rpc_peer.lua", function()
     assert.matches("served 262145", s.stdout, 1, true)
   end))
 
-  it("refuses --faults while the devices have no fault injection", function()
-    local r = client({ "--connect", "127.0.0.1:1", "--faults", "drop=0.01" })
+  it("takes --faults for the device and refuses an unknown fault by name", function()
+    local r = client({ "--connect", "127.0.0.1:1", "--faults", "loss=1%" })
     assert.equal(1, r.code)
-    assert.matches("rpc_peer.lua: --faults: not supported yet", r.stderr, 1, true)
+    assert.matches('rpc_peer.lua: %-%-faults: .*"loss=1%%" is not a known fault=value', r.stderr)
+    r = client({ "--connect", "127.0.0.1:1", "--faults", "drop=1%,seed=3" })
+    assert.equal(1, r.code)
+    assert.not_matches("%-%-faults", r.stderr)    -- accepted: the connection is what fails
   end)
 
   it("refuses unknown commands and replies before connecting", function()

@@ -158,6 +158,46 @@ describe("soft device between network namespaces (UDP wire)", function()
     assert.matches("^mlx5:model", rows[1].device)
   end)
 
+  it("binds a device to each interface (TBRT_SOFT_NETDEVS): two cables, the device facing each peer, port state from the link", function()
+    if why or heavy_skip() then return pending(why or heavy_skip()) end
+    local net = N.make{ hosts = 3, cables = { { 1, 2 }, { 1, 3 } } }
+    made[#made + 1] = net
+    local c1, c2 = net.cables[1], net.cables[2]
+    local env = { TBRT_SOFT_NETDEVS = c1.dev[1] .. "," .. c2.dev[1], TBRT_SOFT_PERSONALITY = "linux-rc" }
+    local servers = {}
+    for i, c in ipairs { c1, c2 } do
+      servers[i] = N.start_in(net.hosts[i + 1], { H.tbrt, H.root .. "/scripts/pair.lua", "--listen",
+        c.addr[2] .. ":" .. PORT, "--once", "--personality", "linux-rc" })
+      assert(servers[i]:expect("listening", 10))
+    end
+    for i, c in ipairs { c1, c2 } do
+      local r = N.run_in(net.hosts[1], { H.tbrt, H.root .. "/scripts/pair.lua", "--connect",
+        c.addr[2] .. ":" .. PORT, "--personality", "linux-rc", "--sizes", "1,64K", "--iters", "3" },
+        { env = env, timeout = 60 })
+      assert.equal(0, r.code, H.describe(r))
+      assert.matches("link: soft" .. (i - 1) .. " linux%-rc port 1", r.stdout)
+      assert.matches("::ffff:" .. c.addr[1]:gsub("%.", "%%.") .. " RoCEv2 matches the bootstrap address",
+        r.stdout)
+    end
+    for _, s in ipairs(servers) do s:wait(10) end
+    -- each device has its interface's address only, and the peer's cable pulled takes its port down
+    N.sh("ip -n " .. net.hosts[3].name .. " link set " .. c2.dev[2] .. " down")
+    local d = N.run_in(net.hosts[1], { H.tbrt, "devices", "-v", "--json" }, { env = env })
+    assert.equal(0, d.code, H.describe(d))
+    local by = {}
+    for _, x in ipairs(cjson.decode(d.stdout)) do by[x.name] = x end
+    assert.matches("bound to " .. c1.dev[1], by.soft0.wire)
+    local function gids(x)
+      local t = {}
+      for _, g in ipairs(x.ports[1].gids or {}) do t[#t + 1] = g.gid end
+      return table.concat(t, " ")
+    end
+    assert.matches(c1.addr[1]:gsub("%.", "%%."), gids(by.soft0))
+    assert.not_matches(c2.addr[1]:gsub("%.", "%%."), gids(by.soft0))
+    assert.matches("ACTIVE", tostring(by.soft0.ports[1].state))
+    assert.matches("DOWN", tostring(by.soft1.ports[1].state))
+  end)
+
   describe("verb by verb, one QP in each namespace", function()
     local net, a, b
     local function ends(o)
@@ -192,14 +232,16 @@ describe("soft device between network namespaces (UDP wire)", function()
       assert.same({ 0x33, 0x33 }, b:must{ op = "peek", off = 4998, len = 2 }.bytes)
       b:must{ op = "post_recv", len = 0 }
       a:must{ op = "post_send", len = 100, opcode = "RDMA_WRITE_WITH_IMM", imm = 0x0a0b0c0d,
-        rkey = b.recv_key, raddr = tostring(tonumber(b.recv_addr) + 8000) }
+        rkey = b.recv_key, raddr = string.format("%.0f", tonumber(b.recv_addr) + 8000) }
       local w = b:must{ op = "poll" }.wcs[1]
       assert.equal("RECV_RDMA_WITH_IMM", w.opcode)
       assert.equal(0x0a0b0c0d, w.imm)
       b:must{ op = "fill", buf = "recv", byte = 0x77, len = 3000 }
       a:must{ op = "post_send", len = 3000, opcode = "RDMA_READ", rkey = b.recv_key,
         raddr = b.recv_addr }
-      a:must{ op = "poll", n = 2 }
+      local got = a:must{ op = "poll", n = 2, timeout = 5 }.wcs
+      assert.equal(2, #got, "the WRITE with immediate's and the READ's completions")
+      assert.equal("RDMA_READ", got[2].opcode)
       assert.same({ 0x77, 0x77 }, a:must{ op = "peek", buf = "send", off = 2998, len = 2 }.bytes)
     end)
 

@@ -257,7 +257,7 @@ describe("soft UDP wire (loopback)", function()
 
   it("refuses faults it cannot parse and names the wire in describe()", function()
     p = pair{}
-    assert.matches("^wire udp, RoCEv2 over UDP port %d+", p.dev:describe())
+    assert.matches("^udp %(RoCEv2 over UDP port %d+%)", p.dev:describe())
     local ok, err = p.dev:faults{ delay = 5 }
     assert.is_nil(ok)
     assert.matches("delay=5 is not a time with its unit", err, 1, true)

@@ -125,6 +125,10 @@ struct soft_dev {
     /* the latest bad value met, for soft_vendor_err (written by the wire) */
     char corrupt_why[TBRT_WHY_MAX];
     char describe[256];         /* tbrt_dev_describe: the wire and its settings */
+    /* bound to a network interface (TBRT_SOFT_NETDEVS, soft_netdev.c) */
+    char netdev[16];
+    uint8_t link_state;
+    uint64_t link_checked;
 };
 
 struct soft_pd {
@@ -305,6 +309,12 @@ void soft_reap_cq(struct soft_dev *sd, struct soft_cq *c);
 /* All of a QP's finished receives / sends (its own queue order). */
 void soft_reap_recv(struct soft_qp *q);
 void soft_reap_send(struct soft_qp *q);
+
+/* soft_netdev.c */
+bool soft_netdev_name(int index, char *out, size_t len);
+int soft_netdev_count(void);
+const char *soft_netdev_why(const char *name, char *buf, size_t len);
+int soft_netdev_port_state(struct soft_dev *sd, int port);
 
 /* soft_gid.c */
 void soft_gid_build(struct soft_dev *sd);

@@ -8,7 +8,8 @@
  *                $TBRT_SOFT_PERSONALITY, else soft0 apple-uc, soft1 linux-rc
  *   ports        tbrt_dev_opts.ports, $TBRT_SOFT<N>_PORTS, $TBRT_SOFT_PORTS,
  *                else the personality's ("down,active" / "active")
- *   devices      $TBRT_SOFT_DEVICES (2)
+ *   devices      $TBRT_SOFT_DEVICES (2); or $TBRT_SOFT_NETDEVS=eth0,eth1: one
+ *                per interface, bound to it (soft_netdev.c)
  *   fabric       $TBRT_SOFT_FABRIC ("default"): devices meet only on the same
  *                fabric and personality (a registry each, for shm)
  *   wire         tbrt_dev_opts.wire, $TBRT_SOFT<N>_WIRE, $TBRT_SOFT_WIRE, else
@@ -83,6 +84,9 @@ const char *soft_personality_names(void) { return "apple-uc, linux-rc"; }
 
 static int soft_count(void)
 {
+    int nd = soft_netdev_count();
+    if (nd)
+        return nd;              /* one per interface */
     long n = env_long("TBRT_SOFT_DEVICES", 2);
     return n < 1 ? 1 : n > 16 ? 16 : (int)n;
 }
@@ -170,6 +174,13 @@ static int soft_list(tbrt_devinfo *out, int max)
                      soft_personality_names());
         else if (shm_why)
             str_copy(d->why, sizeof d->why, shm_why);
+        char nd[32], buf[TBRT_WHY_MAX];
+        const char *nwhy;
+        if (d->usable && soft_netdev_name(i, nd, sizeof nd) &&
+            (nwhy = soft_netdev_why(nd, buf, sizeof buf)) != NULL) {
+            d->usable = false;
+            str_copy(d->why, sizeof d->why, nwhy);
+        }
     }
     return n;
 }
@@ -263,16 +274,22 @@ static int soft_attach(struct soft_dev *sd, const tbrt_dev_opts *opts)
         .fabric = fabric, .dev_index = sd->index, .credit_flow = sd->p->credit_flow,
         .frames_must_match = sd->p->frames_must_match, .faults = &sd->faults,
         .corrupt_why = sd->corrupt_why, .corrupt_len = sizeof sd->corrupt_why, .udp_port = port,
-        .pcap = pcap && *pcap ? pcap : NULL,
+        .pcap = pcap && *pcap ? pcap : NULL, .netdev = sd->netdev[0] ? sd->netdev : NULL,
     };
     rc = sd->wops->open(&cfg, &sd->wire, why, sizeof why);
     if (rc)
         return dev_fail(&sd->dev, -rc, "%s wire: %s", sd->wops->name, why);
-    snprintf(sd->describe, sizeof sd->describe, "wire %s%s%s", sd->wops->name,
-             sd->wops == &soft_wire_shm ? " (this host)" : "", "");
-    if (sd->wops != &soft_wire_shm)
-        str_append(sd->describe, sizeof sd->describe, ", RoCEv2 over UDP port %u%s%s", port,
-                   cfg.pcap ? ", capture " : "", cfg.pcap ? cfg.pcap : "");
+    if (sd->wops == &soft_wire_shm)
+        snprintf(sd->describe, sizeof sd->describe, "shm (shared memory, this host)");
+    else if (sd->wops == &soft_wire_udp)
+        snprintf(sd->describe, sizeof sd->describe, "udp (RoCEv2 over UDP port %u)", port);
+    else
+        snprintf(sd->describe, sizeof sd->describe, "auto (shared memory on this host, RoCEv2 "
+                 "over UDP port %u elsewhere)", port);
+    if (sd->netdev[0])
+        str_append(sd->describe, sizeof sd->describe, ", bound to %s", sd->netdev);
+    if (cfg.pcap)
+        str_append(sd->describe, sizeof sd->describe, ", capture %s", cfg.pcap);
     return 0;
 }
 
@@ -296,6 +313,14 @@ static int soft_open(const char *name, const tbrt_dev_opts *opts, tbrt_dev **out
     dev_init(&sd->dev, &tbrt_soft_ops, name, p->name, p->flavor);
     sd->p = p;
     sd->index = index;
+    char nbuf[TBRT_WHY_MAX];
+    const char *nwhy;
+    if (soft_netdev_name(index, sd->netdev, sizeof sd->netdev) &&
+        (nwhy = soft_netdev_why(sd->netdev, nbuf, sizeof nbuf)) != NULL) {
+        err_set(err, errlen, ENODEV, "%s: %s", name, nwhy);
+        free(sd);
+        return -ENODEV;
+    }
     sd->ev.epfd = sd->ev.efd = -1;
     const char *ports = config(index, opts->ports, "PORTS", p->ports);
     int rc = parse_ports(ports, p->nports, sd->port_state, err, errlen);
@@ -346,6 +371,8 @@ static void soft_close(tbrt_dev *dev)
 
 int soft_port_state(struct soft_dev *sd, int port)
 {
+    if (TBRT_UNLIKELY(sd->netdev[0]))
+        return soft_netdev_port_state(sd, port);
     return soft_faults_port_state(&sd->faults, sd->index, port);
 }
 

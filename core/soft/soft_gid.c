@@ -8,7 +8,8 @@
  * every address twice, RoCE v1 then v2, like mlx5; the Apple personality
  * has no GID types at all (its provider does not report them). A port that
  * is not ACTIVE (now: its state can change at run time) shows only its
- * link-local GIDs: without a link there is no address. */
+ * link-local GIDs: without a link there is no address. A device bound to
+ * an interface (TBRT_SOFT_NETDEVS) has that interface's addresses only. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -56,6 +57,9 @@ void soft_gid_build(struct soft_dev *sd)
         for (int fam = 0; fam < 2; fam++)
             for (struct ifaddrs *a = ifa; a; a = a->ifa_next) {
                 if (!a->ifa_addr || !(a->ifa_flags & IFF_UP))
+                    continue;
+                /* a device bound to an interface has its addresses only */
+                if (sd->netdev[0] && (!a->ifa_name || strcmp(a->ifa_name, sd->netdev) != 0))
                     continue;
                 uint8_t g[16] = {0};
                 if (fam == 0 && a->ifa_addr->sa_family == AF_INET) {

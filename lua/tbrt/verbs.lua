@@ -181,7 +181,18 @@ local function one_set(t, what)
 end
 function M.faults_spec(f, what)
   what = what or "faults"
-  if type(f) == "string" then return f end
+  if type(f) == "string" then
+    -- the device parses it; unknown names are refused here already, by name
+    for kv in f:gmatch("[^,;]+") do
+      local k = kv:match("^%s*([%w_]+)=")
+      if not k or not FAULT_KEYS[k] then
+        error(string.format("%s: %q is not a known fault=value (known: drop, drop_every, " ..
+          "corrupt, duplicate, reorder, window, delay, jitter, distribution, rate, partition, " ..
+          "seed, qp, dir)", what, kv), 3)
+      end
+    end
+    return f
+  end
   if type(f) ~= "table" then error(what .. ": faults must be a table or a string", 3) end
   if f[1] ~= nil then
     local sets = {}

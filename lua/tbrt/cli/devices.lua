@@ -223,6 +223,7 @@ local function read_device(name, verbose, only_port)
   local ok, perr = pcall(function()
     local a = assert(dev:query())
     facts.attrs = values(M.DEVICE_FIELDS, a.raw, verbose)
+    facts.wire = dev:describe()         -- soft: its wire (shm, udp, auto) and settings
     facts.cap_flags = cap_flag_names(a.raw.device_cap_flags)
     facts.nports = a.phys_port_cnt
     if only_port and only_port > a.phys_port_cnt then
@@ -272,6 +273,7 @@ local function block_lines(d, facts, verbose)
   local out = { kv(0, "hca_id", d.name) }
   out[#out + 1] = kv(4, "kind", d.kind .. (d.personality ~= "" and (", personality " .. d.personality) or "") ..
     ", flavor " .. (d.flavor or "-"))
+  if facts.wire and facts.wire ~= "" then out[#out + 1] = kv(4, "wire", facts.wire) end
   for _, v in ipairs(facts.attrs) do
     out[#out + 1] = kv(4, v.name, v.text)
     if v.field.flags then
@@ -295,6 +297,7 @@ local function json_of(d, facts)
     usable = d.usable, why = d.why }
   if facts then
     o.attributes = {}
+    if facts.wire and facts.wire ~= "" then o.wire = facts.wire end
     for _, v in ipairs(facts.attrs) do o.attributes[v.name] = v.json end
     if #facts.cap_flags > 0 and o.attributes.device_cap_flags then o.attributes.device_cap_flag_names = facts.cap_flags end
     o.ports = {}

@@ -32,15 +32,15 @@ M.USAGE = "usage: tbrt exec [--personality P] [--devices N] [--wire W] [--faults
 
 local PERSONALITIES = { ["linux-rc"] = true, ["apple-uc"] = true }
 local MAX_DEVICES = 16 -- VB_MAX_DEVICES in bindings/verbs/verbs_lib.h
-local WIRES = { shm = true, udp = true }
+local WIRES = { shm = true, udp = true, auto = true }
 -- What the soft device of this build reads of them (see the header).
-local DEVICE_HAS = { wire = { shm = true }, faults = false }
+local DEVICE_HAS = { wire = { shm = true, udp = true, auto = true }, faults = true }
 
 -- The options, as data; value: the argument's name.
 M.OPTIONS = {
   { "--personality", value = "P", help = "soft device personality: linux-rc (default) or apple-uc" },
   { "--devices", value = "N", help = "how many devices (softib0..softib<N-1>), 1.." .. MAX_DEVICES .. " (1)" },
-  { "--wire", value = "W", help = "the soft device's wire: shm (shared memory, default) or udp" },
+  { "--wire", value = "W", help = "the soft device's wire: auto (default: shared memory on this host, else RoCEv2 over UDP), shm or udp" },
   { "--faults", value = "F", help = "faults between device and wire (TBRT_FAULTS), passed to the device" },
   { "--apple", help = "the Apple flavor: librdma.so (unversioned, untyped GIDs), apple-uc" },
   { "--debug", help = "TBRT_DEBUG=1: the library explains every failure on stderr" },
@@ -107,7 +107,7 @@ function M.parse(argv)
     plan.devices = d
   end
   if r.wire and not WIRES[r.wire] then
-    return nil, string.format("exec: --wire %s: not one of shm, udp", r.wire)
+    return nil, string.format("exec: --wire %s: not one of auto, shm, udp", r.wire)
   end
   plan.wire, plan.faults = r.wire, r.faults
   if i > n then return nil, "exec: no program to run\n" .. M.USAGE end

@@ -31,12 +31,15 @@
  *
  * Locking: the endpoint's mutex is held by every operation of every wire on
  * it, so the device that reads a packet for another device's queue pair
- * (both in this process) can act on it, then wakes that device's CQs. */
+ * (both in this process) can act on it; a result wakes its CQ if armed,
+ * whichever thread made it. The endpoint's helper thread takes the turns
+ * while the owners sleep on their CQs or are busy elsewhere (udp_ep.c). */
 #ifndef TBRT_SOFT_UDP_H
 #define TBRT_SOFT_UDP_H
 
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -193,21 +196,25 @@ struct udp_mr {
     uint64_t addr, len;
 };
 
+/* A CQ's wake-up: an eventfd written once when a result lands for one of
+ * its queues while it is armed (verbs' req_notify: readable only then). */
 struct soft_wire_cq {
     struct soft_wire *w;
-    int fd;                     /* epoll over the sockets, the wire's timer and wake-up */
+    int fd;
+    _Atomic bool armed;
 };
 
 struct udp_swqe {               /* a posted send and how far it got */
     uint32_t opcode, send_flags, imm, num_sge;
     struct ibv_sge sge[SOFT_MAX_SGE];
     uint64_t total, raddr;
+    uint64_t compare_add, swap; /* atomics */
     uint32_t rkey, remote_qpn, remote_qkey, flags;
     uint8_t dgid[16], sgid[16];
     uint8_t inl[SOFT_MAX_INLINE];
     uint32_t first_psn, npkts;  /* RC/UC: the PSNs it took */
     bool started, done;
-    uint32_t read_pkts;         /* READ: responses placed */
+    uint32_t read_pkts;         /* READ: responses placed; atomics: 1 once answered */
     struct soft_result res;
 };
 
@@ -217,6 +224,13 @@ struct udp_rwqe {               /* a posted receive */
     uint64_t total;
     bool done;
     struct soft_result res;
+};
+
+#define UDP_ATOMIC_SAVED 16     /* atomics answered, kept for duplicates */
+struct udp_atomic_done {        /* responder: an atomic carried out, for its duplicates */
+    uint32_t psn;
+    bool valid;
+    uint64_t orig;
 };
 
 struct udp_read_job {           /* responder: a READ being answered */
@@ -240,6 +254,7 @@ struct soft_wire_qp {
     bool stopped;
     uint64_t sq_fail;           /* stopped: sends from here on flush */
     bool event;                 /* went to ERR here: tell the objects */
+    int cause;                  /* enum soft_wire_cause of that */
     bool wake;                  /* results for the objects: wake the CQs */
     struct udp_path path;       /* RC/UC: the connected peer */
     /* requester */
@@ -272,6 +287,8 @@ struct soft_wire_qp {
     uint32_t wr_left, wr_total, wr_rkey;
     struct udp_read_job rj[UDP_READ_JOBS];
     uint32_t rj_head, rj_tail;
+    struct udp_atomic_done atomics[UDP_ATOMIC_SAVED];
+    uint32_t atomic_next;
     uint32_t rq_base;           /* apple-uc: rq_prod when the QP was reset */
     uint32_t credit_told;       /* our count as we last sent it */
     uint64_t credit_ns;         /* when */
@@ -286,8 +303,6 @@ struct soft_wire {
     struct soft_wire_qp *qps;
     struct udp_mr *mrs[SOFT_MAX_MR + 1]; /* by key >> 8 */
     uint32_t mr_gen;
-    int timer_fd, wake_fd;      /* timerfd for the earliest deadline; eventfd */
-    uint64_t timer_at;
     uint64_t rate_next_ns;      /* faults' rate cap: when the next packet may leave */
     struct soft_wire_stats st;  /* of QPs destroyed, and of the wire */
     uint64_t now;               /* of the current turn */
@@ -303,6 +318,9 @@ void udp_ep_unlock(struct udp_ep *ep);
 void udp_ep_poll(struct soft_wire *w);
 /* An owner took a turn (its thread is polling: the helper need not). */
 void udp_ep_turned(struct udp_ep *ep, uint64_t now);
+/* A CQ was armed (its owner goes to sleep: the helper takes the turns) or
+ * disarmed. */
+void udp_ep_sleepers(struct udp_ep *ep, int delta);
 /* The helper's turn for a wire (ep locked): the next deadline, 1 when more
  * is to be sent at once, 0 none (udp_wire.c). */
 uint64_t udp_wire_turn(struct soft_wire *w);
@@ -351,7 +369,8 @@ const struct udp_mr *udp_mr_find(struct soft_wire *w, uint32_t key, uint64_t va,
  * from / to buf: 0, or -1 when an entry is not ours or out of its region. */
 int udp_sge_copy(struct soft_wire *w, const struct ibv_sge *sge, uint32_t n, uint64_t off,
                  void *buf, uint64_t len, bool to_sge);
-void udp_wake(struct soft_wire *w);
+/* A result for this CQ's queues: wake it if armed (and disarm). */
+void udp_cq_signal(struct soft_wire_cq *c);
 extern int udp_debug;           /* TBRT_UDP_DEBUG: 1 timeouts, 2 QP states every 20 ms */
 /* For the auto wire, which gives the key and the QPN shm made. */
 int udp_mr_reg_key(struct soft_wire *w, void *addr, size_t len, uint32_t access, uint32_t *key,

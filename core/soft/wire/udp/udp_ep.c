@@ -68,8 +68,9 @@ struct udp_ep {
     /* the helper thread: the NIC's turn while no owner takes one */
     pthread_t helper;
     bool helper_on;
-    int stop_fd;
+    int stop_fd, kick_fd;
     _Atomic uint64_t last_turn;
+    _Atomic int sleepers;       /* armed CQs: owners asleep on them */
     /* receiving */
     struct mmsghdr rmsg[BATCH];
     struct iovec riov[BATCH];
@@ -79,7 +80,7 @@ struct udp_ep {
 };
 
 /* An owner that took a turn this recently is polling: the helper waits. */
-#define HELPER_QUIET_NS 2000000ull
+#define HELPER_QUIET_NS 200000ull
 #define HELPER_NAP_MS 10
 
 static pthread_mutex_t eps_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -89,6 +90,16 @@ void udp_ep_lock(struct udp_ep *ep) { pthread_mutex_lock(&ep->lock); }
 void udp_ep_turned(struct udp_ep *ep, uint64_t now)
 {
     atomic_store_explicit(&ep->last_turn, now, memory_order_relaxed);
+}
+
+void udp_ep_sleepers(struct udp_ep *ep, int delta)
+{
+    atomic_fetch_add(&ep->sleepers, delta);
+    if (delta > 0) {
+        uint64_t one = 1;       /* the helper looks again at once (its deadlines too) */
+        ssize_t r = write(ep->kick_fd, &one, sizeof one);
+        (void)r;
+    }
 }
 
 /* What a NIC does on its own: answer packets (ACKs, READ responses), send
@@ -101,9 +112,10 @@ static void *helper_main(void *arg)
     struct udp_ep *ep = arg;
     uint64_t next = 0;
     for (;;) {
-        struct pollfd p[3];
+        struct pollfd p[4];
         int n = 0;
         p[n++] = (struct pollfd){.fd = ep->stop_fd, .events = POLLIN};
+        p[n++] = (struct pollfd){.fd = ep->kick_fd, .events = POLLIN};
         p[n++] = (struct pollfd){.fd = ep->fd4, .events = POLLIN};
         if (ep->fd6 >= 0)
             p[n++] = (struct pollfd){.fd = ep->fd6, .events = POLLIN};
@@ -117,9 +129,15 @@ static void *helper_main(void *arg)
         poll(p, (nfds_t)n, ms);
         if (p[0].revents)
             return NULL;
+        if (p[1].revents) {
+            uint64_t v;
+            ssize_t r = read(ep->kick_fd, &v, sizeof v);
+            (void)r;
+        }
         uint64_t now = now_ns();
         uint64_t last = atomic_load_explicit(&ep->last_turn, memory_order_relaxed);
-        if (now - last < HELPER_QUIET_NS) {
+        bool asleep = atomic_load(&ep->sleepers) > 0;
+        if (!asleep && now - last < HELPER_QUIET_NS) {
             /* an owner is at it: look again when it may have stopped */
             usleep((useconds_t)((last + HELPER_QUIET_NS - now) / 1000 + 1));
             continue;
@@ -217,8 +235,23 @@ static struct udp_ep *ep_new(uint16_t port, const char *netdev, char *why, size_
     ep->tx[1].fd = ep->fd6;
     ep->next_qpn = 0x100 + (uint32_t)(now_ns() % 0x8000) * 16;
     ep->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (ep->stop_fd >= 0 && pthread_create(&ep->helper, NULL, helper_main, ep) == 0)
-        ep->helper_on = true;
+    ep->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ep->stop_fd < 0 || ep->kick_fd < 0 ||
+        pthread_create(&ep->helper, NULL, helper_main, ep) != 0) {
+        /* without it nothing answers while the owners sleep */
+        err_set(why, len, errno ? errno : EAGAIN, "UDP wire: the endpoint's helper thread: %s",
+                strerror(errno ? errno : EAGAIN));
+        if (ep->stop_fd >= 0)
+            close(ep->stop_fd);
+        if (ep->kick_fd >= 0)
+            close(ep->kick_fd);
+        close(ep->fd4);
+        if (ep->fd6 >= 0)
+            close(ep->fd6);
+        free(ep);
+        return NULL;
+    }
+    ep->helper_on = true;
     for (int i = 0; i < BATCH; i++) {
         ep->riov[i] = (struct iovec){.iov_base = ep->rbuf[i], .iov_len = sizeof ep->rbuf[i]};
     }
@@ -287,8 +320,8 @@ void udp_ep_detach(struct soft_wire *w)
             (void)r;
             pthread_join(ep->helper, NULL);
         }
-        if (ep->stop_fd >= 0)
-            close(ep->stop_fd);
+        close(ep->stop_fd);
+        close(ep->kick_fd);
         while (ep->held) {
             struct udp_held *h = ep->held;
             ep->held = h->next;
@@ -690,10 +723,6 @@ static void dispatch(struct soft_wire *w, uint8_t *buf, uint32_t len, const stru
         udp_req_recv(q, &p);
     else
         udp_resp_recv(q, &p, path);
-    if (q->wake || q->event) {
-        if (q->w != w)
-            udp_wake(q->w);
-    }
 }
 
 static void rx_one(struct soft_wire *w, uint8_t *buf, uint32_t len, const struct udp_path *path)

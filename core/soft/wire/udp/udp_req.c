@@ -39,10 +39,19 @@ static const uint32_t rnr_us[32] = {
 
 static uint32_t npkts_of(const struct udp_swqe *w, uint32_t mtu)
 {
+    if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+        return 1;
     return w->total ? (uint32_t)((w->total + mtu - 1) / mtu) : 1;
 }
 
 static bool is_read(const struct udp_swqe *w) { return w->opcode == IBV_WR_RDMA_READ; }
+static bool is_atomic(const struct udp_swqe *w)
+{
+    return w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+/* Finished by a response of the responder's (READ data, an atomic's value),
+ * not by an ACK alone. */
+static bool answered_by_response(const struct udp_swqe *w) { return is_read(w) || is_atomic(w); }
 static bool is_send(const struct udp_swqe *w)
 {
     return w->opcode == IBV_WR_SEND || w->opcode == IBV_WR_SEND_WITH_IMM;
@@ -157,6 +166,22 @@ static void send_read(struct soft_wire_qp *q, struct udp_swqe *w, uint32_t mtu)
         q->max_psn = end;
 }
 
+/* CMP_SWAP / FETCH_ADD: one request with AtomicETH; the ATOMIC_ACK brings
+ * the original value. */
+static void send_atomic(struct soft_wire_qp *q, struct udp_swqe *w)
+{
+    bool cas = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+    struct udp_pkt p = {.opcode = UDP_TR_RC | (cas ? UDP_OP_CMP_SWAP : UDP_OP_FETCH_ADD),
+                        .dqpn = q->a.dest_qpn, .psn = w->first_psn, .ackreq = true,
+                        .va = w->raddr, .rkey = w->rkey,
+                        .swap_add = cas ? w->swap : w->compare_add,
+                        .compare = cas ? w->compare_add : 0};
+    uint8_t hdr[UDP_HDR_MAX];
+    uint32_t hl = udp_pkt_headers(&p, 0, hdr);
+    udp_send(q->w, q, &q->path, hdr, hl, NULL, 0, 0);
+    count_sent(q, w->first_psn);
+}
+
 static void send_ud(struct soft_wire_qp *q, uint64_t idx, struct udp_swqe *w)
 {
     uint32_t mtu = udp_mtu_bytes(q->a.mtu);
@@ -216,7 +241,7 @@ void udp_req_transmit(struct soft_wire_qp *q)
         if (rc && udp_psn_diff(q->tx_psn, q->una_psn) >= (q->rnr_probe ? 1 : UDP_WINDOW))
             break;
         if (!w->started) {
-            if (!sges_ours(q, w, is_read(w) ? IBV_ACCESS_LOCAL_WRITE : 0)) {
+            if (!sges_ours(q, w, answered_by_response(w) ? IBV_ACCESS_LOCAL_WRITE : 0)) {
                 udp_send_finish(q, idx, IBV_WC_LOC_PROT_ERR, SOFT_VERR_LKEY);
                 return;
             }
@@ -228,6 +253,15 @@ void udp_req_transmit(struct soft_wire_qp *q)
             w->started = true;
             if (q->credit_flow && is_send(w))
                 q->sent_msgs++;
+        }
+        if (is_atomic(w)) {
+            send_atomic(q, w);
+            q->tx_psn = (w->first_psn + 1) & UDP_PSN_MASK;
+            q->tx_wqe++;
+            q->tx_off = 0;
+            if (!q->rto_ns && q->a.timeout)
+                q->rto_ns = now + rto_ns(q);
+            continue;
         }
         if (is_read(w)) {
             send_read(q, w, mtu);
@@ -290,7 +324,10 @@ static void go_back_for(struct soft_wire_qp *q, uint32_t psn, bool rnr)
         if (d < 0 || d >= (int32_t)w->npkts)
             continue;
         q->tx_wqe = i;
-        if (is_read(w)) {
+        if (is_atomic(w)) {
+            q->tx_off = 0;
+            q->tx_psn = w->first_psn;
+        } else if (is_read(w)) {
             q->tx_off = 0;
             if ((uint32_t)d < w->read_pkts)
                 w->read_pkts = (uint32_t)d;
@@ -320,9 +357,9 @@ static void ack_upto(struct soft_wire_qp *q, uint32_t psn)
         uint32_t last = (w->first_psn + w->npkts - 1) & UDP_PSN_MASK;
         if (udp_psn_diff(psn, last) < 0)
             break;
-        if (is_read(w)) {
+        if (answered_by_response(w)) {
             if (w->read_pkts < w->npkts) {
-                /* acknowledged past a READ whose responses were lost */
+                /* acknowledged past a READ (atomic) whose responses were lost */
                 if (!q->read_gap) {
                     q->read_gap = true;
                     go_back(q, (w->first_psn + w->read_pkts) & UDP_PSN_MASK);
@@ -343,6 +380,11 @@ static void ack_upto(struct soft_wire_qp *q, uint32_t psn)
         q->retries = q->a.retry_cnt;
         q->rto_ns = q->una_psn != q->tx_psn && q->a.timeout ? q->w->now + rto_ns(q) : 0;
     }
+}
+
+static bool una_atomic(const struct soft_wire_qp *q)
+{
+    return q->una_wqe < q->sq_tail && is_atomic(&q->sq[q->una_wqe % q->sq_cap]);
 }
 
 static void fail_una(struct soft_wire_qp *q, uint8_t status, uint32_t verr)
@@ -403,6 +445,36 @@ static void read_response(struct soft_wire_qp *q, const struct udp_pkt *p)
     }
 }
 
+/* The original value of an atomic: into its SGE, and it is finished. */
+static void atomic_ack(struct soft_wire_qp *q, const struct udp_pkt *p)
+{
+    for (uint64_t i = q->una_wqe; i < q->sq_tail; i++) {
+        struct udp_swqe *w = &q->sq[i % q->sq_cap];
+        if (!w->started)
+            return;
+        if (!is_atomic(w) || w->first_psn != p->psn)
+            continue;
+        if (w->read_pkts) {
+            q->st.duplicates++;
+            return;
+        }
+        ack_upto(q, (w->first_psn - 1) & UDP_PSN_MASK);
+        if (p->syndrome >= 0x20) {  /* an atomic NAKed in its ACK: the responder refused */
+            fail_una(q, IBV_WC_REM_INV_REQ_ERR, SOFT_VERR_REMOTE);
+            return;
+        }
+        uint64_t orig = p->orig;
+        if (udp_sge_copy(q->w, w->sge, w->num_sge, 0, &orig, sizeof orig, true)) {
+            udp_send_finish(q, i, IBV_WC_LOC_PROT_ERR, SOFT_VERR_LKEY);
+            return;
+        }
+        w->read_pkts = 1;
+        if (i == q->una_wqe)
+            ack_upto(q, p->psn);
+        return;
+    }
+}
+
 void udp_req_recv(struct soft_wire_qp *q, const struct udp_pkt *p)
 {
     if (p->opcode == UDP_OP_TBRT_CREDIT) {
@@ -425,6 +497,10 @@ void udp_req_recv(struct soft_wire_qp *q, const struct udp_pkt *p)
     uint8_t op = p->opcode & 0x1f;
     if (op >= UDP_OP_READ_RESP_FIRST && op <= UDP_OP_READ_RESP_ONLY) {
         read_response(q, p);
+        return;
+    }
+    if (op == UDP_OP_ATOMIC_ACK) {
+        atomic_ack(q, p);
         return;
     }
     if (op != UDP_OP_ACK)
@@ -458,8 +534,13 @@ void udp_req_recv(struct soft_wire_qp *q, const struct udp_pkt *p)
     case UDP_AETH_NAK_SEQ:
         go_back(q, psn);
         return;
-    case UDP_AETH_NAK_INV: fail_una(q, IBV_WC_REM_INV_REQ_ERR, SOFT_VERR_REMOTE); return;
-    case UDP_AETH_NAK_ACCESS: fail_una(q, IBV_WC_REM_ACCESS_ERR, SOFT_VERR_RKEY); return;
+    case UDP_AETH_NAK_INV:
+        /* an atomic's only invalid request is its address's alignment */
+        fail_una(q, IBV_WC_REM_INV_REQ_ERR, una_atomic(q) ? SOFT_VERR_ALIGN : SOFT_VERR_REMOTE);
+        return;
+    case UDP_AETH_NAK_ACCESS:
+        fail_una(q, IBV_WC_REM_ACCESS_ERR, una_atomic(q) ? SOFT_VERR_ATOMIC_ACCESS : SOFT_VERR_RKEY);
+        return;
     default: fail_una(q, IBV_WC_REM_OP_ERR, SOFT_VERR_REMOTE); return;
     }
 }

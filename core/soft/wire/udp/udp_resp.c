@@ -38,6 +38,7 @@ void udp_resp_reset(struct soft_wire_qp *q)
     q->in_msg = q->recv_bad = false;
     q->rq_next = q->rq_prod;
     q->rj_head = q->rj_tail = 0;
+    memset(q->atomics, 0, sizeof q->atomics);
     q->rq_base = (uint32_t)q->rq_prod;
     q->credit_told = 0;
     q->credit_ns = 0;
@@ -62,6 +63,10 @@ static void send_aeth(struct soft_wire_qp *q, uint32_t psn, uint8_t syndrome)
 static void nak_fatal(struct soft_wire_qp *q, uint32_t psn, uint8_t syndrome)
 {
     send_aeth(q, psn, syndrome);
+    /* the asynchronous event the objects report for this end */
+    q->cause = syndrome == UDP_AETH_NAK_ACCESS ? SOFT_WIRE_CAUSE_ACCESS
+               : syndrome == UDP_AETH_NAK_INV  ? SOFT_WIRE_CAUSE_REQ
+                                               : SOFT_WIRE_CAUSE_FATAL;
     udp_qp_fail(q);
 }
 
@@ -75,6 +80,7 @@ static void recv_finish(struct soft_wire_qp *q, uint64_t idx, uint8_t status, ui
                                   .imm = imm, .src_qp = src_qp};
     r->done = true;
     q->wake = true;
+    udp_cq_signal(q->recv_cq);
 }
 
 /* What an RC / UC request does; false when an RNR NAK is due (nothing
@@ -192,6 +198,43 @@ static void read_req(struct soft_wire_qp *q, const struct udp_pkt *p, bool dup)
     q->wake = true;
 }
 
+static void send_atomic_ack(struct soft_wire_qp *q, uint32_t psn, uint64_t orig)
+{
+    struct udp_pkt p = {.opcode = UDP_TR_RC | UDP_OP_ATOMIC_ACK, .dqpn = q->a.dest_qpn,
+                        .psn = psn, .syndrome = UDP_AETH_ACK, .msn = q->msn & UDP_PSN_MASK,
+                        .orig = orig};
+    uint8_t hdr[UDP_HDR_MAX];
+    uint32_t hl = udp_pkt_headers(&p, 0, hdr);
+    udp_send(q->w, q, &q->path, hdr, hl, NULL, 0, 0);
+    q->st.acks_sent++;
+}
+
+/* CMP_SWAP / FETCH_ADD on 8 aligned bytes of ours with REMOTE_ATOMIC
+ * (IB spec 9.4.5), atomic against every other thread of this process. */
+static void atomic_req(struct soft_wire_qp *q, const struct udp_pkt *p)
+{
+    if (p->va & (SOFT_ATOMIC_SIZE - 1)) {
+        nak_fatal(q, p->psn, UDP_AETH_NAK_INV);
+        return;
+    }
+    if (!udp_mr_find(q->w, p->rkey, p->va, SOFT_ATOMIC_SIZE, IBV_ACCESS_REMOTE_ATOMIC)) {
+        nak_fatal(q, p->psn, UDP_AETH_NAK_ACCESS);
+        return;
+    }
+    uint64_t *m = (uint64_t *)(uintptr_t)p->va, orig;
+    if ((p->opcode & 0x1f) == UDP_OP_CMP_SWAP) {
+        orig = p->compare;
+        __atomic_compare_exchange_n(m, &orig, p->swap_add, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST);
+    } else {
+        orig = __atomic_fetch_add(m, p->swap_add, __ATOMIC_SEQ_CST);
+    }
+    q->atomics[q->atomic_next++ % UDP_ATOMIC_SAVED] =
+        (struct udp_atomic_done){.psn = p->psn, .valid = true, .orig = orig};
+    q->msn++;
+    send_atomic_ack(q, p->psn, orig);
+}
+
 static void rc_recv(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f)
 {
     int32_t d = udp_psn_diff(p->psn, q->epsn);
@@ -200,6 +243,11 @@ static void rc_recv(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f)
         q->st.duplicates++;
         if (op == UDP_OP_READ_REQ) {
             read_req(q, p, true);
+        } else if (op == UDP_OP_CMP_SWAP || op == UDP_OP_FETCH_ADD) {
+            /* done already: the same answer again, never a second time */
+            for (int i = 0; i < UDP_ATOMIC_SAVED; i++)
+                if (q->atomics[i].valid && q->atomics[i].psn == p->psn)
+                    send_atomic_ack(q, p->psn, q->atomics[i].orig);
         } else {
             q->ack_due = true;
             q->ack_psn = (q->epsn - 1) & UDP_PSN_MASK;
@@ -223,8 +271,9 @@ static void rc_recv(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f)
         return;
     }
     if (op == UDP_OP_CMP_SWAP || op == UDP_OP_FETCH_ADD) {
-        /* atomics: the device does not report them (IBV_ATOMIC_NONE) */
-        nak_fatal(q, p->psn, UDP_AETH_NAK_INV);
+        atomic_req(q, p);
+        if (!q->stopped)
+            q->epsn = (q->epsn + 1) & UDP_PSN_MASK;
         return;
     }
     bool needs_recv = ((f & UDP_F_SEND) && (f & UDP_F_FIRST)) ||

@@ -6,29 +6,30 @@
  * Posted work waits in the wire's own queues and is run by this process:
  * sends by the requester (udp_req.c) on the wire's turn, receives by the
  * responder (udp_resp.c) when packets for them arrive. A completion queue's
- * fd is an epoll set of the endpoint's sockets, the wire's timer (the
- * earliest retransmit, RNR, credit or fault deadline) and its wake-up
- * eventfd (another device of this process left results here): readable
- * whenever the wire has something to do, so a waiter sleeps until then. */
+ * fd is an eventfd written when a result lands for it while it is armed;
+ * while its owner sleeps the endpoint's helper thread takes the wire's
+ * turns (packets, timers, sends), so the result comes without the owner. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "soft/wire/udp/udp.h"
 
 int udp_debug = -1;
 
-void udp_wake(struct soft_wire *w)
+void udp_cq_signal(struct soft_wire_cq *c)
 {
+    if (!c || !atomic_load_explicit(&c->armed, memory_order_relaxed) ||
+        !atomic_exchange(&c->armed, false))
+        return;
+    udp_ep_sleepers(c->w->ep, -1);
     uint64_t one = 1;
-    ssize_t r = write(w->wake_fd, &one, sizeof one);
+    ssize_t r = write(c->fd, &one, sizeof one);
     (void)r;
 }
 
@@ -39,10 +40,6 @@ static void udp_close(struct soft_wire *w)
     udp_ep_detach(w);
     for (int i = 0; i <= SOFT_MAX_MR; i++)
         free(w->mrs[i]);
-    if (w->timer_fd >= 0)
-        close(w->timer_fd);
-    if (w->wake_fd >= 0)
-        close(w->wake_fd);
     free(w);
 }
 
@@ -61,13 +58,6 @@ static int udp_open(const struct soft_wire_cfg *cfg, struct soft_wire **out, cha
     str_copy(w->pcap_path, sizeof w->pcap_path, cfg->pcap ? cfg->pcap : "");
     if (!w->cfg.udp_port)
         w->cfg.udp_port = UDP_ROCE_PORT;
-    w->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (w->timer_fd < 0 || w->wake_fd < 0) {
-        int e = errno;
-        udp_close(w);
-        return err_set(why, len, e, "UDP wire: timer / eventfd: %s", strerror(e));
-    }
     int rc = udp_ep_attach(w, why, len);
     if (rc) {
         udp_close(w);
@@ -196,41 +186,43 @@ static int udp_cq_create(struct soft_wire *w, struct soft_wire_cq **out, int *fd
                          size_t len)
 {
     struct soft_wire_cq *c = calloc(1, sizeof *c);
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    if (!c || ep < 0) {
+    int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!c || efd < 0) {
         free(c);
-        if (ep >= 0)
-            close(ep);
+        if (efd >= 0)
+            close(efd);
         return err_set(why, len, ENOMEM, "completion queue: %s", strerror(errno));
     }
-    int fds[4], n = udp_ep_fds(w->ep, fds, 2);
-    fds[n++] = w->timer_fd;
-    fds[n++] = w->wake_fd;
-    for (int i = 0; i < n; i++) {
-        struct epoll_event e = {.events = EPOLLIN, .data.fd = fds[i]};
-        epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &e);
-    }
     c->w = w;
-    c->fd = ep;
-    *fd = ep;
+    c->fd = efd;
+    *fd = efd;
     *out = c;
     return 0;
 }
 
 static void udp_cq_destroy(struct soft_wire_cq *c)
 {
+    if (atomic_exchange(&c->armed, false))
+        udp_ep_sleepers(c->w->ep, -1);
     close(c->fd);
     free(c);
 }
 
-static void udp_cq_arm(struct soft_wire_cq *c) { (void)c; }
+/* Armed: the next result for one of its queues makes the fd readable; the
+ * owner sleeps now, so the endpoint's helper takes the turns meanwhile. */
+static void udp_cq_arm(struct soft_wire_cq *c)
+{
+    if (!atomic_exchange(&c->armed, true))
+        udp_ep_sleepers(c->w->ep, +1);
+}
+
+/* Completions the objects made themselves (flushes): as a result does. */
+static void udp_cq_wake(struct soft_wire_cq *c) { udp_cq_signal(c); }
 
 static int udp_cq_ack(struct soft_wire_cq *c)
 {
-    uint64_t v;
-    ssize_t r = read(c->w->wake_fd, &v, sizeof v);
-    (void)r;
-    return 1;
+    uint64_t v = 0;
+    return read(c->fd, &v, sizeof v) == (ssize_t)sizeof v ? (int)v : 0;
 }
 
 /* ---- queue pairs ---------------------------------------------------------------------- */
@@ -322,6 +314,9 @@ void udp_qp_fail(struct soft_wire_qp *q)
     q->stopped = true;
     q->event = true;
     q->wake = true;
+    /* the owner must look: its flushes and the event come from its turn */
+    udp_cq_signal(q->send_cq);
+    udp_cq_signal(q->recv_cq);
 }
 
 void udp_send_finish(struct soft_wire_qp *q, uint64_t index, uint8_t status, uint32_t verr)
@@ -330,6 +325,7 @@ void udp_send_finish(struct soft_wire_qp *q, uint64_t index, uint8_t status, uin
     w->res = (struct soft_result){.stamp = soft_stamp(), .status = status, .vendor_err = verr};
     w->done = true;
     q->wake = true;
+    udp_cq_signal(q->send_cq);
     if (status != IBV_WC_SUCCESS)
         udp_qp_fail(q);
 }
@@ -390,6 +386,7 @@ static void udp_qp_modify(struct soft_wire_qp *q, const struct soft_wire_qp_attr
         q->sq_reaped = q->sq_tail;
         q->rq_reaped = q->rq_prod;
         q->stopped = q->event = false;
+        q->cause = 0;
         q->mtu = 0;
         udp_req_reset(q);
         udp_resp_reset(q);
@@ -431,6 +428,8 @@ static void udp_post_send(struct soft_wire_qp *q, uint64_t index, const struct s
     w->total = s->total;
     w->raddr = s->remote_addr;
     w->rkey = s->rkey;
+    w->compare_add = s->compare_add;
+    w->swap = s->swap;
     w->remote_qpn = s->remote_qpn;
     w->remote_qkey = s->remote_qkey;
     w->flags = s->flags;
@@ -507,19 +506,6 @@ static int udp_send_done(struct soft_wire_qp *q, uint64_t index, struct soft_res
 
 /* ---- the wire's turn ------------------------------------------------------------------- */
 
-static void set_timer(struct soft_wire *w, uint64_t at)
-{
-    if (at == w->timer_at)
-        return;
-    w->timer_at = at;
-    struct itimerspec its = {0};
-    if (at) {
-        its.it_value.tv_sec = (time_t)(at / 1000000000ull);
-        its.it_value.tv_nsec = (long)(at % 1000000000ull);
-    }
-    timerfd_settime(w->timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
-}
-
 /* One turn of the wire (ep locked): what arrived, timers, what to send.
  * Returns whether more waits to be sent than a turn sends; *next is the
  * earliest deadline (0: none). */
@@ -579,25 +565,14 @@ uint64_t udp_wire_turn(struct soft_wire *w)
 {
     uint64_t next;
     bool again = turn(w, &next);
-    set_timer(w, next);
-    bool results = again;
-    for (struct soft_wire_qp *q = w->qps; q; q = q->next)
-        results |= q->wake || q->event;
-    if (results)
-        udp_wake(w);
     return again ? 1 : next;
 }
 
 static int udp_progress(struct soft_wire *w, struct soft_wire_event *ev, int max)
 {
     udp_ep_lock(w->ep);
-    uint64_t v, next;
-    if (w->timer_at && now_ns() >= w->timer_at) {
-        ssize_t r = read(w->timer_fd, &v, sizeof v);
-        (void)r;
-        w->timer_at = 0;
-    }
-    bool again = turn(w, &next);
+    uint64_t next;
+    turn(w, &next);         /* what is left, and the deadlines: the helper's */
     udp_ep_turned(w->ep, w->now);
     if (TBRT_UNLIKELY(udp_debug >= 2))
         debug_dump(w);
@@ -606,15 +581,9 @@ static int udp_progress(struct soft_wire *w, struct soft_wire_event *ev, int max
         q->wake = false;
         if (q->event) {
             q->event = false;
-            ev[n++] = (struct soft_wire_event){.cookie = q->cookie, .kind = SOFT_WIRE_ERR};
+            ev[n++] = (struct soft_wire_event){.cookie = q->cookie, .kind = SOFT_WIRE_ERR,
+                                               .cause = q->cause};
         }
-    }
-    set_timer(w, next);
-    if (again)
-        udp_wake(w);
-    else if (w->now >= w->timer_at || !w->timer_at) {
-        ssize_t r = read(w->wake_fd, &v, sizeof v);
-        (void)r;
     }
     udp_ep_unlock(w->ep);
     return n;
@@ -642,6 +611,7 @@ const struct soft_wire_ops soft_wire_udp = {
     .cq_destroy = udp_cq_destroy,
     .cq_arm = udp_cq_arm,
     .cq_ack = udp_cq_ack,
+    .cq_wake = udp_cq_wake,
     .qp_create = udp_qp_create,
     .qp_destroy = udp_qp_destroy,
     .qp_modify = udp_qp_modify,
