@@ -68,7 +68,15 @@ struct tbrt_dev_ops {
     /* Optional: change a port's state at run time (a pulled cable), for
      * fault injection. NULL when the device cannot. */
     int (*set_port_state)(tbrt_dev *dev, uint8_t port, int state);
+
+    /* Optional (NULL: nothing known): a waiter on this QP runs on CPU cpu;
+     * where is the connected peer's process? DEV_PEER_*. No syscall. */
+    int (*qp_peer)(tbrt_qp *qp, int cpu);
 };
+
+/* qp_peer: not known; asleep on its completion queue; awake on another CPU;
+ * awake on the caller's CPU (it cannot answer while the caller spins). */
+enum { DEV_PEER_UNKNOWN, DEV_PEER_ASLEEP, DEV_PEER_AWAKE, DEV_PEER_HERE };
 
 /* The device kinds, in selection order (dev/devices.c). */
 extern const struct tbrt_dev_ops tbrt_soft_ops;

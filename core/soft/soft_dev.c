@@ -445,4 +445,5 @@ const struct tbrt_dev_ops tbrt_soft_ops = {
     .post_recv = soft_post_recv,
     .vendor_err = soft_vendor_err,
     .set_port_state = soft_set_port_state,
+    .qp_peer = soft_qp_peer,
 };

@@ -240,6 +240,9 @@ struct shm_qp_block {
     SHM_OWN_LINE _Atomic uint64_t sq_tail;     /* owner: next free slot */
     SHM_OWN_LINE _Atomic int32_t sq_lock;      /* pid of the executor, 0 when free */
     _Atomic uint64_t sq_head;   /* executor: next to run */
+    /* owner: the CPU it last waited on + 1 (0: none yet), for a waiting
+     * peer choosing to spin or yield (written only when it changes) */
+    SHM_OWN_LINE _Atomic int32_t owner_cpu;
     struct shm_rqe rq[];
 };
 
