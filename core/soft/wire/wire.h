@@ -299,8 +299,9 @@ struct soft_wire_ops {
     /* Optional (NULL: the objects find the region in their own list):
      * resolve [addr, addr+len) of one of this device's keys, needing these
      * IBV_ACCESS_* bits, to a pointer in this process. 0, or -EINVAL /
-     * -ENOENT (no such key), -ERANGE (out of its bounds), -EACCES. For the
-     * objects placing a scatter-to-CQE result (soft_result.data). */
+     * -ENOENT (no such key), -ERANGE (out of its bounds), -EACCES, -EPERM
+     * (a receive the wire could not have placed there: SOFT_VERR_NOT_SHARED).
+     * For the objects placing a scatter-to-CQE result (soft_result.data). */
     int (*mr_local)(struct soft_wire *w, uint32_t key, uint64_t addr, uint64_t len,
                     uint32_t access, void **out);
 
