@@ -423,10 +423,27 @@ void shm_mr_dereg(struct soft_wire *w, uint32_t key);
 /* Resolve an SGE of our own keys against our records. */
 int shm_local_mem(struct soft_wire *w, uint32_t lkey, uint64_t addr, uint64_t len,
                   uint32_t need_access, void **out);
+/* wire.h's mr_local: the same, and -EPERM for writing into a region peers
+ * cannot reach (as the executor would fail it). */
+int shm_mr_local(struct soft_wire *w, uint32_t lkey, uint64_t addr, uint64_t len,
+                 uint32_t need_access, void **out);
 /* Seal a memfd that peers map so it can never shrink under them. */
 int shm_memfd_seal(int fd);
 void shm_mem_attach(struct soft_wire *w);
 void shm_mem_detach(struct soft_wire *w);
+
+/* shm_pages.c: the process's memory. What [s, e) (page aligned) is:
+ * swappable (all private writable anonymous pages, but for parts ours()
+ * says are backings already), writable but not all of that kind (local
+ * only), or not all mapped writable. */
+enum { SHM_PAGES_SWAPPABLE, SHM_PAGES_LOCAL, SHM_PAGES_READONLY };
+int shm_pages_kind(uintptr_t s, uintptr_t e, bool (*ours)(uintptr_t, uintptr_t));
+/* Write the pages of [s, e) that hold anything into fd at p - base (parts
+ * ours() names: all their pages); 0 or -errno. */
+int shm_pages_copy_in(int fd, uintptr_t base, uintptr_t s, uintptr_t e,
+                      bool (*ours)(uintptr_t, uintptr_t));
+/* Put private pages back under [s, e) with fd's data (fd offset 0 = s). */
+void shm_pages_copy_out(int fd, uintptr_t s, uintptr_t e);
 
 /* One send queue being run (shm_exec.c), and the message being delivered
  * (shm_deliver.c). */
