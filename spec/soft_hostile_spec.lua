@@ -150,6 +150,17 @@ local cases = {
     end,
   },
   {
+    name = "the owner, from a small message's result whose data_len lies (scatter-to-CQE)",
+    personality = "linux-rc", type = "RC",
+    run = function(a, b)
+      a:must{ op = "post_recv", len = 64 }
+      b:must{ op = "post_send", len = 8 }       -- 8 bytes: they travel in the result
+      expect_success(b:call{ op = "poll", n = 1 })
+      E.scribble(a, "rqe.0.res.data_len", 200)
+      expect_error(a:call{ op = "poll", n = 1, timeout = 1 }, "data_len 200 .*corrupt")
+    end,
+  },
+  {
     name = "the owner, from a send result with no such status",
     personality = "apple-uc", type = "UC",
     run = function(a, b)

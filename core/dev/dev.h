@@ -88,7 +88,15 @@ struct tbrt_dev_ops {
     int (*set_faults)(tbrt_dev *dev, const char *spec);
     int (*counters)(tbrt_dev *dev, uint32_t qpn, const char **names, uint64_t *values, int max);
     const char *(*describe)(tbrt_dev *dev);
+
+    /* Optional (NULL: nothing known): a waiter on this QP runs on CPU cpu;
+     * where is the connected peer's process? DEV_PEER_*. No syscall. */
+    int (*qp_peer)(tbrt_qp *qp, int cpu);
 };
+
+/* qp_peer: not known; asleep on its completion queue; awake on another CPU;
+ * awake on the caller's CPU (it cannot answer while the caller spins). */
+enum { DEV_PEER_UNKNOWN, DEV_PEER_ASLEEP, DEV_PEER_AWAKE, DEV_PEER_HERE };
 
 /* The device kinds, in selection order (dev/devices.c). */
 extern const struct tbrt_dev_ops tbrt_soft_ops;

@@ -35,6 +35,7 @@ struct tbrt_link {
     double last_ack_check;
     unsigned live_tick;
     double stall_since;         /* first send that found no room, 0: not stalled */
+    double shared_cpu_since;    /* the peer waits on our CPU since, 0: it does not */
     unsigned blocked_tick;
     bool ready_sent;
     struct link_views views;    /* open zero-copy views (views.c) */
@@ -77,8 +78,24 @@ int link_recv_byte(tbrt_link *l, uint8_t *b);
 /* How long a waiter busy-polls before it sleeps: opts.spin when set (>= 0),
  * else 50 us on RDMA links (a completion comes sooner than a wake-up) and 0
  * on tcp (the kernel wakes a reader as fast as spinning would, without
- * taking the core from its own network processing). */
+ * taking the core from its own network processing). Without opts.spin, an
+ * RDMA waiter whose device says the peer process is awake (not asleep on
+ * its completion queue) keeps looking for LINK_SPIN_AWAKE instead: on a
+ * busy machine the peer loses its CPU for a scheduler slice now and then,
+ * and a waiter that slept meanwhile is woken onto the waker's CPU, where
+ * the two then take turns at tens of us a message (measured: 2 ms keeps
+ * them apart under two busy loops; 50 us does not). A waiter whose peer
+ * waits on its own CPU spins on too, for LINK_CPU_SHARED: the one of the two
+ * that does not run then goes cold, and the scheduler moves cold tasks to
+ * another CPU (yielding to each other, both stay hot and would stay
+ * together); after that they seem to share the CPU for good (pinned, or one
+ * CPU), and each yields it to the other instead of spinning, for
+ * LINK_CPU_TURNS, then spins again, in case the scheduler can part them
+ * now. tbrt_link_idle. */
 #define LINK_SPIN_RDMA 50e-6
+#define LINK_SPIN_AWAKE 2e-3
+#define LINK_CPU_SHARED 20e-3
+#define LINK_CPU_TURNS 100e-3
 static inline double link_spin(const tbrt_link *l)
 {
     return l->opts.spin >= 0 ? l->opts.spin : l->x.dev ? LINK_SPIN_RDMA : 0;

@@ -1,12 +1,14 @@
-/* wait.c - how a link waits: spin while the device makes progress, then arm
- * the completion queue and sleep on its fd and the bootstrap socket, never
- * past the deadline; the blocking calls for plain C callers built on it
+/* wait.c - how a link waits: spin while the device makes progress (yield
+ * the CPU instead while the peer process runs on ours), then arm the
+ * completion queue and sleep on its fd and the bootstrap socket, never past
+ * the deadline; the blocking calls for plain C callers built on it
  * (activate_wait, send_all, recv_all, recv_some, the drain before close);
  * and what a wait that ran out says to check (tbrt_link_timed_out). */
 #include <errno.h>
 #include <linux/sockios.h>
 #include <math.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +17,32 @@
 #include "util/debug.h"
 #include "util/util.h"
 
+/* A look that found nothing: pause as fits where the peer is, and say how
+ * long since its last progress a waiter may keep looking before it sleeps
+ * (link.h: link_spin, LINK_SPIN_AWAKE, LINK_CPU_SHARED). */
+double tbrt_link_idle(tbrt_link *l)
+{
+    if (!l)
+        return 0;
+    int where = DEV_PEER_UNKNOWN;
+    if (l->x.dev && l->x.qp && l->x.dev->ops->qp_peer)
+        where = l->x.dev->ops->qp_peer(l->x.qp, sched_getcpu());
+    if (where != DEV_PEER_HERE) {
+        l->shared_cpu_since = 0;
+    } else {
+        double now = now_s();
+        if (!l->shared_cpu_since)
+            l->shared_cpu_since = now;
+        else if (fmod(now - l->shared_cpu_since, LINK_CPU_SHARED + LINK_CPU_TURNS) >
+                 LINK_CPU_SHARED)
+            sched_yield();      /* the peer cannot answer while we spin */
+    }
+    if (l->opts.spin >= 0 || !l->x.dev)
+        return link_spin(l);
+    return where == DEV_PEER_AWAKE || where == DEV_PEER_HERE ? LINK_SPIN_AWAKE
+                                                             : LINK_SPIN_RDMA;
+}
+
 /* Spin while there is progress, then sleep on the completion fd and the
  * bootstrap socket; never past the deadline. writing: the tcp link waits
  * for room in the socket rather than for bytes. Returns 0, an error, or
@@ -22,8 +50,7 @@
 int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, bool writing)
 {
     bool tcp = !l->x.dev, tcp_out = writing && tcp;
-    double spin = link_spin(l);
-    double now = now_s(), deadline = now + timeout, spin_until = now + spin;
+    double now = now_s(), deadline = now + timeout, since = now; /* the last progress */
     /* the clock costs as much as a poll of the queue (more in a VM): read
      * it every few idle turns, and after progress only to restart the spin */
     unsigned idle = 0;
@@ -40,23 +67,24 @@ int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, bool writ
             restart = true;
             continue;
         }
+        double spin = tbrt_link_idle(l);
         if ((++idle & 15) != 0 && spin > 0)
             continue;
         now = now_s();
         if (restart) {
-            spin_until = now + spin;
+            since = now;
             restart = false;
         }
         if (now >= deadline)
             return -ETIMEDOUT;
-        if (now < spin_until)
+        if (now - since < spin)
             continue;
         /* a socket needs no arming: poll() is level-triggered */
         int a = tcp ? 0 : tbrt_link_arm(l);
         if (a < 0)
             return a;
         if (a > 0) {
-            spin_until = now_s() + spin;
+            since = now_s();
             continue;
         }
         struct pollfd p[2];
@@ -76,7 +104,7 @@ int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, bool writ
             if (rc)
                 return rc;
         }
-        spin_until = now_s() + spin;
+        since = now_s();
     }
 }
 

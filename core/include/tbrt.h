@@ -483,6 +483,11 @@ int tbrt_link_arm(tbrt_link *l);
  * again (seconds), or -1 for no limit: sends in flight on a software device
  * need the caller's calls to move. */
 double tbrt_link_sleep_max(tbrt_link *l);
+/* For an event loop that waits itself, after a look (progress) that found
+ * nothing: pauses as fits where the peer is (the CPU yielded to it when it
+ * runs on this one) and returns how long (s) since the link's last
+ * progress the waiter should keep looking before it arms and sleeps. */
+double tbrt_link_idle(tbrt_link *l);
 /* Would a call stop waiting now? what: TBRT_WAIT_RECV (bytes, EOF or an
  * error to report), TBRT_WAIT_SEND (room in the ring, or an error),
  * TBRT_WAIT_IDLE (no sends in flight, or an error). 1 yes, 0 no. Lets an

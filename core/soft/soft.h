@@ -284,6 +284,9 @@ void soft_qp_to_err(struct soft_qp *q);
  * request with SOFT_VERR_CORRUPT already), its first flushed work request
  * completes with IBV_WC_LOC_QP_OP_ERR carrying the text. */
 void soft_qp_break(struct soft_qp *q, bool reported);
+/* dev.h's qp_peer: the wire's word on the connected peer (SOFT_PEER_* are
+ * DEV_PEER_*). */
+int soft_qp_peer(tbrt_qp *qp, int cpu);
 
 /* soft_post.c */
 int soft_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);

@@ -632,4 +632,5 @@ const struct tbrt_dev_ops tbrt_soft_ops = {
     .set_faults = soft_set_faults,
     .counters = soft_counters,
     .describe = soft_describe,
+    .qp_peer = soft_qp_peer,
 };

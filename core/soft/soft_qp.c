@@ -359,3 +359,14 @@ int soft_destroy_qp(tbrt_qp *qp)
     free(q);
     return 0;
 }
+
+int soft_qp_peer(tbrt_qp *qp, int cpu)
+{
+    struct soft_qp *q = (struct soft_qp *)qp;
+    _Static_assert((int)SOFT_PEER_HERE == (int)DEV_PEER_HERE &&
+                   (int)SOFT_PEER_AWAKE == (int)DEV_PEER_AWAKE &&
+                   (int)SOFT_PEER_ASLEEP == (int)DEV_PEER_ASLEEP, "one meaning of a peer's place");
+    if (!q->sd->wops->qp_peer || qp->state != IBV_QPS_RTS)
+        return SOFT_PEER_UNKNOWN;
+    return q->sd->wops->qp_peer(q->wq, cpu);
+}

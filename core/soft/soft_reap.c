@@ -105,8 +105,9 @@ uint32_t soft_place_data(struct soft_dev *sd, const struct soft_rwr *rw,
         const struct ibv_sge *g = &rw->sge[i];
         uint32_t n = TBRT_MIN(g->length, (uint32_t)r->data_len - off);
         void *dst;
-        if (local_mem(sd, g->lkey, g->addr, n, &dst))
-            return SOFT_VERR_LKEY;
+        int rc = local_mem(sd, g->lkey, g->addr, n, &dst);
+        if (rc)
+            return rc == -EPERM ? SOFT_VERR_NOT_SHARED : SOFT_VERR_LKEY;
         memcpy(dst, r->data + off, n);
         off += n;
     }

@@ -8,8 +8,9 @@
 --
 -- Every call that waits does it as a task on the loop: it spins on the
 -- core's progress while there is progress (up to opts.spin seconds without
--- any), then arms the completion queue and parks on its fd (task.poll) or a
--- short timer, so other tasks, timers and links keep running. Data may be a
+-- any by default, as the core decides: tbrt_link_idle), then arms the
+-- completion queue and parks on its fd (task.poll) or a short timer, so
+-- other tasks, timers and links keep running. Data may be a
 -- Lua string or a cdata pointer with a length (no copy in between).
 -- Errors: nil, "ECODE: link N: ..." (luv style); misuse raises.
 local ffi = require("ffi")
@@ -169,7 +170,6 @@ function M.probe(sock, opts)
     _caps = ffi.string(caps, 24),
     opts = opts,
     timeout = opts.timeout or 30,
-    spin = opts.spin or 50e-6,
     fds = ffi.new("int[2]"),
   }, Link)
   self.id = self:info().id
@@ -219,7 +219,6 @@ function Link:activate(peer_caps, timeout)
   end
   self.ready = true
   self.tcp = self:info().kind == "tcp"
-  if self.tcp and not self.opts.spin then self.spin = 0 end   -- the kernel wakes tcp readers
   return true
 end
 
@@ -235,30 +234,34 @@ local others_ready = task.others_ready
 -- report), or until deadline ("timeout"). Returns true when the caller
 -- should try again; nil, "closed" when another task closed the link while
 -- this one was parked (the caller must not touch the core's link then).
--- While it spins, other tasks that are ready run first (one thread serves
--- every link: spinning on one would starve the rest); the spin window
--- survives those turns (the caller's deadline names its operation), so
--- waiters that keep letting each other run still park once it is over.
+-- How long it keeps looking after the last progress, and how it pauses
+-- between looks, is the core's (tbrt_link_idle: opts.spin, longer while the
+-- peer process is awake, the CPU yielded to a peer that shares it), as for
+-- C callers. While it looks, other tasks that are ready run first (one
+-- thread serves every link: spinning on one would starve the rest); the
+-- time of its last progress survives those turns (the caller's deadline
+-- names its operation), so waiters that keep letting each other run still
+-- park once their window is over.
 function Link:_wait(what, deadline, events)
   local l = self._l
-  local spin = self.spin
   -- the same operation (its deadline) coming back after letting others run
-  -- goes on with its window; a new one starts its own
-  local t_end = self._spin_for == deadline and self._spin_end or now() + spin
+  -- goes on from its last progress; a new one starts afresh
+  local since = self._idle_for == deadline and self._idle_since or now()
   while true do
     local n = C.tbrt_link_progress(l)
     if n < 0 or C.tbrt_link_ready_for(l, what) ~= 0 then return true end
     local t = now()
-    if n > 0 then t_end = t + spin end
+    if n > 0 then since = t end
     if deadline and t >= deadline then return nil, "timeout" end
-    if t < t_end and others_ready() then
-      self._spin_for, self._spin_end = deadline, t_end
+    local look = t - since < C.tbrt_link_idle(l)
+    if look and others_ready() then
+      self._idle_for, self._idle_since = deadline, since
       task.sleep(0)
       if not self._l then return nil, "closed" end
       return true
     end
-    if t >= t_end then
-      self._spin_for = nil              -- woken, it spins afresh
+    if not look then
+      self._idle_for = nil              -- woken, it looks afresh
       local a = C.tbrt_link_arm(l)
       if a ~= 0 then
         if a > 0 then task.sleep(0) end       -- let others run, then look again
@@ -406,7 +409,6 @@ end
 function Link:settimeouts(timeout, liveness, spin)
   self:_check()
   if timeout then self.timeout = timeout end
-  if spin then self.spin = spin end
   C.tbrt_link_set_timeouts(self._l, timeout or -1, liveness or -1, spin or -1)
 end
 

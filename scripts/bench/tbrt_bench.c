@@ -1,5 +1,6 @@
 /* tbrt_bench.c - the C-driven side of `make bench`: one link between two
- * processes (fork), driven by the blocking C API alone, no Lua anywhere.
+ * processes (this program again, fork + exec), driven by the blocking C API
+ * alone, no Lua anywhere.
  *
  *   tbrt-bench DEVICE PERSONALITY lat SIZE ITERS    one-way latency, us: the median
  *                                                   (typical) half round trip, as
@@ -7,13 +8,15 @@
  *                                                   the mean (lat_mean_SIZE)
  *   tbrt-bench DEVICE PERSONALITY bw SIZE ITERS     streaming bandwidth, GB/s
  *
- * Prints one line "name value unit". The child accepts and answers (echo
- * for lat; reads everything and acks for bw); the parent measures. Both
+ * Prints "name value unit" lines. The child (tbrt-bench --peer ... PORT)
+ * connects and answers (echo for lat; reads everything and acks for bw); the
+ * parent accepts and measures. Both
  * ends are set up by tbrt_link_listen/accept/connect, as any C program's. Both
  * check the data: bytes are a pattern, each message stamped with its index.
  * A short untimed warm-up goes first (page faults and first touches of the
  * rings are set-up, not transfer). */
 #include <errno.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -83,9 +86,50 @@ static void check(const uint8_t *b, const uint8_t *want, size_t n, uint64_t idx)
     }
 }
 
+/* The answering end: echo (lat), or read everything and ack (bw). */
+static void serve(tbrt_link *l, const char *mode, size_t n, long iters, uint8_t *want,
+                  uint8_t *buf)
+{
+    if (strcmp(mode, "bw") == 0) {
+        for (long i = 0; i < WARM; i++)
+            if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
+                die("peer warm-up", l);
+        uint8_t ack = 1;
+        if (tbrt_link_send_all(l, &ack, 1, 60) != 1 || tbrt_link_flush(l))
+            die("peer warm-up ack", l);
+    }
+    for (long i = 0; i < iters; i++) {
+        if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
+            die("peer recv", l);
+        uint64_t idx = (uint64_t)i;
+        if (n >= 8)
+            memcpy(want, &idx, 8);
+        check(buf, want, n, idx);
+        if (strcmp(mode, "lat") == 0) {
+            if (tbrt_link_send_all(l, buf, n, 60) != (intptr_t)n || tbrt_link_flush(l))
+                die("peer send", l);
+        }
+    }
+    if (strcmp(mode, "bw") == 0) {
+        uint8_t ack = 1;
+        if (tbrt_link_send_all(l, &ack, 1, 60) != 1 || tbrt_link_flush(l))
+            die("peer ack", l);
+    }
+    tbrt_link_close(l);
+    tbrt_link_free(l);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
+    /* the answering end is this program again, started with exec as any
+     * second process is (ucx_perftest's server is too): fork alone would
+     * leave both ends on one CPU for the scheduler to part */
+    bool peer = argc == 8 && strcmp(argv[1], "--peer") == 0;
+    if (peer) {
+        argv++;
+        argc--;
+    }
+    if (argc != 6 && !peer) {
         fprintf(stderr, "usage: tbrt-bench DEVICE PERSONALITY lat|bw SIZE ITERS\n");
         return 2;
     }
@@ -97,47 +141,29 @@ int main(int argc, char **argv)
     tbrt_link_opts o;
     opts_for(&o, dev, pers);
     tbrt_error err;
+    uint8_t *want = malloc(n + 8), *buf = malloc(n + 8);
+    fill(want, n);
+    if (peer) {
+        int port = atoi(argv[6]);
+        serve(ready_or_die(tbrt_link_connect("127.0.0.1", port, &o, &err), "connect", &err),
+              mode, n, iters, want, buf);
+        return 0;
+    }
     tbrt_listener *srv = tbrt_link_listen("127.0.0.1", 0, &o, &err);
     if (!srv)
         ready_or_die(NULL, "listen", &err);
-    uint8_t *want = malloc(n + 8), *buf = malloc(n + 8);
-    fill(want, n);
+    char portarg[16];
+    snprintf(portarg, sizeof portarg, "%d", tbrt_listener_port(srv));
     pid_t child = fork();
     if (child == 0) {
-        tbrt_link *l = ready_or_die(tbrt_link_accept(srv, 60, &err), "accept", &err);
-        tbrt_listener_close(srv);
-        if (strcmp(mode, "bw") == 0) {
-            for (long i = 0; i < WARM; i++)
-                if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
-                    die("child warm-up", l);
-            uint8_t ack = 1;
-            if (tbrt_link_send_all(l, &ack, 1, 60) != 1 || tbrt_link_flush(l))
-                die("child warm-up ack", l);
-        }
-        for (long i = 0; i < iters; i++) {
-            if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
-                die("child recv", l);
-            uint64_t idx = (uint64_t)i;
-            if (n >= 8)
-                memcpy(want, &idx, 8);
-            check(buf, want, n, idx);
-            if (strcmp(mode, "lat") == 0) {
-                if (tbrt_link_send_all(l, buf, n, 60) != (intptr_t)n || tbrt_link_flush(l))
-                    die("child send", l);
-            }
-        }
-        if (strcmp(mode, "bw") == 0) {
-            uint8_t ack = 1;
-            if (tbrt_link_send_all(l, &ack, 1, 60) != 1 || tbrt_link_flush(l))
-                die("child ack", l);
-        }
-        tbrt_link_close(l);
-        tbrt_link_free(l);
-        _exit(0);
+        char *args[] = {argv[0], "--peer", argv[1], argv[2], argv[3], argv[4], argv[5], portarg,
+                        NULL};
+        execv("/proc/self/exe", args);
+        perror("tbrt-bench: exec");
+        _exit(1);
     }
-    int port = tbrt_listener_port(srv);
+    tbrt_link *l = ready_or_die(tbrt_link_accept(srv, 60, &err), "accept", &err);
     tbrt_listener_close(srv);
-    tbrt_link *l = ready_or_die(tbrt_link_connect("127.0.0.1", port, &o, &err), "connect", &err);
     double t0 = 0, dt;
     if (strcmp(mode, "lat") == 0) {
         double *rtt = calloc((size_t)iters, sizeof *rtt), t1 = 0;

@@ -55,7 +55,8 @@ static const struct field rqe_fields[] = {
     FN("sge0.length", struct shm_rqe, sge[0].length),
     FN("sge0.lkey", struct shm_rqe, sge[0].lkey),
     FN("res.byte_len", struct shm_rqe, res.byte_len),
-    FN("res.status", struct shm_rqe, res.status), {0}};
+    FN("res.status", struct shm_rqe, res.status),
+    FN("res.data_len", struct shm_rqe, res.data_len), {0}};
 static const struct field swr_fields[] = {
     F(struct shm_swr, opcode), F(struct shm_swr, send_flags), F(struct shm_swr, num_sge),
     F(struct shm_swr, total), F(struct shm_swr, rkey), F(struct shm_swr, next_try_ns),

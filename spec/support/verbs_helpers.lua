@@ -17,8 +17,9 @@ function V.loopback_gid(dev, port)
 end
 
 -- A device with two QPs of this process connected to each other.
--- o: personality, type ("UC"/"RC"/...), port, depth, mr_len, wire, faults,
--- pcap, and connect options (min_rnr_timer, rnr_retry, timeout, retry_cnt, mtu).
+-- o: personality, type ("UC"/"RC"/...), port, depth, mr_len, recv_sge,
+-- inline (max_inline_data), wire, faults, pcap, and connect options
+-- (min_rnr_timer, rnr_retry, timeout, retry_cnt, mtu).
 function V.pair(o)
   o = o or {}
   local dev = assert(verbs.open(o.device or "soft0", { personality = o.personality or "apple-uc",
@@ -28,9 +29,9 @@ function V.pair(o)
   local cq_a, cq_b = assert(dev:cq(256)), assert(dev:cq(256))
   local depth = o.depth or 64
   local a = assert(pd:qp{ type = o.type or "UC", send_cq = cq_a, recv_cq = cq_a,
-    send_wr = depth, recv_wr = depth })
+    send_wr = depth, recv_wr = depth, recv_sge = o.recv_sge, inline = o.inline })
   local b = assert(pd:qp{ type = o.type or "UC", send_cq = cq_b, recv_cq = cq_b,
-    send_wr = depth, recv_wr = depth })
+    send_wr = depth, recv_wr = depth, recv_sge = o.recv_sge, inline = o.inline })
   local len = o.mr_len or (256 * 1024)
   local abuf, bbuf = ffi.new("uint8_t[?]", len), ffi.new("uint8_t[?]", len)
   local amr = assert(pd:reg(abuf, len, o.access))

@@ -338,6 +338,12 @@ struct soft_wire_send {
     uint32_t flags;             /* SOFT_SEND_* */
 };
 
+/* Where a connected QP's peer is (qp_peer): not known; asleep (waiting
+ * for a wake-up: its completion queue is armed); awake on another CPU (it
+ * may answer any moment); awake on the caller's own CPU (it cannot answer
+ * while the caller spins). */
+enum { SOFT_PEER_UNKNOWN, SOFT_PEER_ASLEEP, SOFT_PEER_AWAKE, SOFT_PEER_HERE };
+
 /* What progress found for the objects to act on. */
 enum soft_wire_event_kind {
     SOFT_WIRE_ERR = 1,          /* the QP went to ERR (a peer said so, or a send failed) */
@@ -381,8 +387,9 @@ struct soft_wire_ops {
     /* Optional (NULL: the objects find the region in their own list):
      * resolve [addr, addr+len) of one of this device's keys, needing these
      * IBV_ACCESS_* bits, to a pointer in this process. 0, or -EINVAL /
-     * -ENOENT (no such key), -ERANGE (out of its bounds), -EACCES. For the
-     * objects placing a scatter-to-CQE result (soft_result.data). */
+     * -ENOENT (no such key), -ERANGE (out of its bounds), -EACCES, -EPERM
+     * (a receive the wire could not have placed there: SOFT_VERR_NOT_SHARED).
+     * For the objects placing a scatter-to-CQE result (soft_result.data). */
     int (*mr_local)(struct soft_wire *w, uint32_t key, uint64_t addr, uint64_t len,
                     uint32_t access, void **out);
 
@@ -446,6 +453,12 @@ struct soft_wire_ops {
      * index is the oldest the objects have not taken. */
     int (*recv_done)(struct soft_wire_qp *q, uint64_t index, struct soft_result *r);
     int (*send_done)(struct soft_wire_qp *q, uint64_t index, struct soft_result *r);
+
+    /* Optional (NULL: nothing known). For a waiter choosing to spin, yield
+     * or sleep: say that this QP's owner is waiting on CPU `cpu` now (what
+     * the peer's call sees), and return where the connected peer's owner
+     * is: SOFT_PEER_*. No syscall: it is called between polls. */
+    int (*qp_peer)(struct soft_wire_qp *q, int cpu);
 
     /* Optional (NULL: no counters): add this wire's counters, of one QP when
      * qpn != 0, to *s. */

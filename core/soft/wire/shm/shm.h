@@ -263,6 +263,9 @@ struct shm_qp_block {
     SHM_OWN_LINE _Atomic uint64_t sq_tail;     /* owner: next free slot */
     SHM_OWN_LINE _Atomic int32_t sq_lock;      /* pid of the executor, 0 when free */
     _Atomic uint64_t sq_head;   /* executor: next to run */
+    /* owner: the CPU it last waited on + 1 (0: none yet), for a waiting
+     * peer choosing to spin or yield (written only when it changes) */
+    SHM_OWN_LINE _Atomic int32_t owner_cpu;
     struct shm_rqe rq[];
 };
 
@@ -535,10 +538,27 @@ void shm_mr_dereg(struct soft_wire *w, uint32_t key);
  * address in *out. */
 int shm_local_mem(struct soft_wire *w, uint32_t lkey, uint64_t addr, uint64_t len,
                   uint32_t need_access, void **out);
+/* wire.h's mr_local: the same, and -EPERM for writing into a region peers
+ * cannot reach (as the executor would fail it). */
+int shm_mr_local(struct soft_wire *w, uint32_t lkey, uint64_t addr, uint64_t len,
+                 uint32_t need_access, void **out);
 /* Seal a memfd that peers map so it can never shrink under them. */
 int shm_memfd_seal(int fd);
 void shm_mem_attach(struct soft_wire *w);
 void shm_mem_detach(struct soft_wire *w);
+
+/* shm_pages.c: the process's memory. What [s, e) (page aligned) is:
+ * swappable (all private writable anonymous pages, but for parts ours()
+ * says are backings already), writable but not all of that kind (local
+ * only), or not all mapped writable. */
+enum { SHM_PAGES_SWAPPABLE, SHM_PAGES_LOCAL, SHM_PAGES_READONLY };
+int shm_pages_kind(uintptr_t s, uintptr_t e, bool (*ours)(uintptr_t, uintptr_t));
+/* Write the pages of [s, e) that hold anything into fd at p - base (parts
+ * ours() names: all their pages); 0 or -errno. */
+int shm_pages_copy_in(int fd, uintptr_t base, uintptr_t s, uintptr_t e,
+                      bool (*ours)(uintptr_t, uintptr_t));
+/* Put private pages back under [s, e) with fd's data (fd offset 0 = s). */
+void shm_pages_copy_out(int fd, uintptr_t s, uintptr_t e);
 
 /* One send queue being run (shm_exec.c), and the message being delivered
  * (shm_deliver.c). */

@@ -55,9 +55,16 @@ static bool pid_dead(pid_t pid)
 }
 
 /* Completion wake-up sockets of processes that died without closing their
- * devices: their names start with wake-<pid>-. */
+ * devices: their names start with wake-<pid>-. Once per process: the
+ * directory holds a socket per completion queue of every live process, so
+ * a sweep at every device open would make each link's setup cost grow with
+ * the links already open; a leftover's name is taken over anyway
+ * (bind_wake), and the next process to start sweeps what this one leaves. */
 static void wake_sweep(int dfd)
 {
+    static atomic_bool swept;
+    if (atomic_exchange(&swept, true))
+        return;
     int d2 = dup(dfd);
     DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
     if (!d) {
@@ -66,9 +73,15 @@ static void wake_sweep(int dfd)
         return;
     }
     struct dirent *de;
+    int last = 0;
+    bool last_dead = false;
     while ((de = readdir(d)) != NULL) {
         int pid;
-        if (sscanf(de->d_name, "wake-%d-", &pid) == 1 && pid_dead(pid))
+        if (sscanf(de->d_name, "wake-%d-", &pid) != 1)
+            continue;
+        if (pid != last)        /* a process has a socket per CQ: ask once */
+            last = pid, last_dead = pid_dead(pid);
+        if (last_dead)
             unlinkat(dfd, de->d_name, 0);
     }
     closedir(d);

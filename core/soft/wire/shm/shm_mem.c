@@ -45,7 +45,6 @@
 #include "util/util.h"
 
 struct shm_backing {
-    struct shm_backing *next;
     uintptr_t start, end;       /* page aligned */
     int memfd;
     int refs;
@@ -63,7 +62,8 @@ struct shm_mr {
 /* The process's backings and its open shm wires (whose MR entries move
  * when backings merge), under mem_lock. */
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct shm_backing *backings;
+static struct shm_backing **backings; /* by address (they never overlap) */
+static size_t nbackings, backings_cap;
 static struct soft_wire *wires;
 
 static uintptr_t page_size(void)
@@ -74,86 +74,36 @@ static uintptr_t page_size(void)
     return ps;
 }
 
-/* Is [s, e) all private, writable, anonymous memory? */
-static bool swappable(uintptr_t s, uintptr_t e)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f)
-        return false;
-    char line[512];
-    uintptr_t covered = s;
-    bool ok = true;
-    while (ok && covered < e && fgets(line, sizeof line, f)) {
-        uintptr_t a, b;
-        char perms[8] = "";
-        unsigned long long off;
-        unsigned dmaj, dmin;
-        unsigned long ino;
-        int name_at = 0;
-        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s %llx %x:%x %lu %n", &a, &b, perms, &off,
-                   &dmaj, &dmin, &ino, &name_at) < 7)
-            continue;
-        if (b <= covered || a >= e)
-            continue;
-        if (a > covered) {
-            ok = false;         /* a hole */
-            break;
-        }
-        const char *name = name_at ? line + name_at : "";
-        bool anon = ino == 0 && (name[0] == '\n' || name[0] == 0 || name[0] == '[');
-        if (strncmp(perms, "rw-p", 4) != 0 || !anon)
-            ok = false;
-        covered = b;
-    }
-    fclose(f);
-    return ok && covered >= e;
-}
+static struct shm_backing *backing_of(uintptr_t s, uintptr_t e);
+
+/* Is [s, e) inside one of the process's backings? */
+static bool in_backing(uintptr_t s, uintptr_t e) { return backing_of(s, e) != NULL; }
 
 int shm_memfd_seal(int fd)
 {
     return fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
 }
 
-/* Give [s, e) a new memfd backing with its current contents. */
+/* Give [s, e) a new memfd backing with its current contents (only the
+ * pages that hold any: shm_pages.c). */
 static int swap_in(uintptr_t s, uintptr_t e, int *memfd_out)
 {
     size_t len = e - s;
     int fd = memfd_create("tbrt-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return -errno;
-    if (ftruncate(fd, (off_t)len) != 0 || shm_memfd_seal(fd) != 0)
-        goto fail;
-    void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (tmp == MAP_FAILED)
-        goto fail;
-    memcpy(tmp, (void *)s, len);
-    void *p = mmap((void *)s, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-    int e2 = errno;
-    munmap(tmp, len);
-    if (p == MAP_FAILED) {
-        errno = e2;
-        goto fail;
+    int rc = ftruncate(fd, (off_t)len) != 0 || shm_memfd_seal(fd) != 0 ? -errno : 0;
+    if (!rc)
+        rc = shm_pages_copy_in(fd, s, s, e, in_backing);
+    if (!rc && mmap((void *)s, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
+                   MAP_FAILED)
+        rc = -errno;
+    if (rc) {
+        close(fd);
+        return rc;
     }
     *memfd_out = fd;
     return 0;
-fail:;
-    int err = errno;
-    close(fd);
-    return -err;
-}
-
-/* Put private anonymous pages back under [s, e), contents kept. */
-static void swap_out(uintptr_t s, uintptr_t e)
-{
-    size_t len = e - s;
-    void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (tmp == MAP_FAILED)
-        return;                 /* keep the shared pages: still correct */
-    memcpy(tmp, (void *)s, len);
-    if (mmap((void *)s, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
-             0) != MAP_FAILED)
-        memcpy((void *)s, tmp, len);
-    munmap(tmp, len);
 }
 
 static struct shm_mr_entry *mr_table(struct soft_wire *w)
@@ -180,12 +130,27 @@ static void mr_publish(struct soft_wire *w, int idx, uint32_t key, int memfd, ui
     atomic_store_explicit(&e->epoch, ep + 2, memory_order_release);
 }
 
-/* The backing that holds [addr, addr+len), or NULL. */
+/* The first backing that ends after s (an index into backings): found by
+ * halving, so a registration costs the same with 2 links or 64. */
+static size_t backing_after(uintptr_t s)
+{
+    size_t lo = 0, hi = nbackings;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (backings[mid]->end <= s)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The backing that holds [s, e), or NULL. */
 static struct shm_backing *backing_of(uintptr_t s, uintptr_t e)
 {
-    for (struct shm_backing *b = backings; b; b = b->next)
-        if (b->start <= s && e <= b->end)
-            return b;
+    size_t i = backing_after(s);
+    if (i < nbackings && backings[i]->start <= s && e <= backings[i]->end)
+        return backings[i];
     return NULL;
 }
 
@@ -193,12 +158,12 @@ static void backing_put(struct shm_backing *b)
 {
     if (!b || --b->refs > 0)
         return;
-    for (struct shm_backing **pp = &backings; *pp; pp = &(*pp)->next)
-        if (*pp == b) {
-            *pp = b->next;
-            break;
-        }
-    swap_out(b->start, b->end);
+    size_t i = backing_after(b->start);
+    if (i < nbackings && backings[i] == b) {
+        memmove(&backings[i], &backings[i + 1], (nbackings - i - 1) * sizeof backings[0]);
+        nbackings--;
+    }
+    shm_pages_copy_out(b->memfd, b->start, b->end);
     close(b->memfd);
     free(b);
 }
@@ -215,19 +180,28 @@ static int backing_get(void *addr, size_t len, struct shm_backing **out)
         (*out)->refs++;
         return 0;
     }
-    /* grow the range over the backings it overlaps, then swap the union */
+    /* grow the range over the backings it overlaps (backings[i0, i1)), then
+     * swap the union */
     uintptr_t us = s, ue = e;
     int refs = 1;
-    for (struct shm_backing *b = backings; b; b = b->next)
-        if (b->start < ue && us < b->end) {
-            us = TBRT_MIN(us, b->start);
-            ue = TBRT_MAX(ue, b->end);
-        }
-    if (!swappable(us, ue)) {
-        /* also fine when the non-swappable part is an existing backing */
-        for (uintptr_t p = us; p < ue; p += ps)
-            if (!backing_of(p, p + ps) && !swappable(p, p + ps))
-                return 0;       /* local only */
+    size_t i0 = backing_after(s), i1 = i0;
+    for (; i1 < nbackings && backings[i1]->start < ue; i1++) {
+        us = TBRT_MIN(us, backings[i1]->start);
+        ue = TBRT_MAX(ue, backings[i1]->end);
+    }
+    /* parts that are existing backings are fine: they merge */
+    int kind = shm_pages_kind(us, ue, in_backing);
+    if (kind == SHM_PAGES_READONLY)
+        return -EFAULT;
+    if (kind == SHM_PAGES_LOCAL)
+        return 0;               /* local only */
+    if (nbackings == backings_cap) {
+        size_t cap = backings_cap ? 2 * backings_cap : 16;
+        struct shm_backing **nbk = realloc(backings, cap * sizeof *nbk);
+        if (!nbk)
+            return -ENOMEM;
+        backings = nbk;
+        backings_cap = cap;
     }
     struct shm_backing *nb = calloc(1, sizeof *nb);
     if (!nb)
@@ -240,13 +214,8 @@ static int backing_get(void *addr, size_t len, struct shm_backing **out)
     }
     /* retire the merged backings; their regions (of any device) now live in
      * the new memfd, and the new epoch makes peers map that */
-    struct shm_backing **pp = &backings;
-    while (*pp) {
-        struct shm_backing *b = *pp;
-        if (!(b->start < ue && us < b->end)) {
-            pp = &b->next;
-            continue;
-        }
+    for (size_t i = i0; i < i1; i++) {
+        struct shm_backing *b = backings[i];
         refs += b->refs;
         for (struct soft_wire *d = wires; d; d = d->next_wire)
             for (int i = 1; i < SHM_MR_MAX; i++) {
@@ -256,12 +225,13 @@ static int backing_get(void *addr, size_t len, struct shm_backing **out)
                                m->iova);
             }
         close(b->memfd);
-        *pp = b->next;
         free(b);
     }
-    *nb = (struct shm_backing){.next = backings, .start = us, .end = ue, .memfd = fd,
-                                .refs = refs};
-    backings = nb;
+    /* the new one takes the place of those it merged (or its own) */
+    memmove(&backings[i0 + 1], &backings[i1], (nbackings - i1) * sizeof backings[0]);
+    nbackings = nbackings - (i1 - i0) + 1;
+    *nb = (struct shm_backing){.start = us, .end = ue, .memfd = fd, .refs = refs};
+    backings[i0] = nb;
     *out = nb;
     return 0;
 }
@@ -320,6 +290,9 @@ int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint64_t iova, uint3
         free(m);
         if (rc == -ENOSPC)
             return err_set(why, whylen, ENOMEM, "all %d memory regions in use", SHM_MR_MAX - 1);
+        if (rc == -EFAULT)
+            return err_set(why, whylen, EFAULT, "%zu bytes at %p are not all mapped writable, "
+                           "and access 0x%x asks to write them", len, addr, access);
         return err_set(why, whylen, -rc, "cannot share %zu bytes at %p: %s", len, addr,
                        strerror(-rc));
     }
@@ -368,4 +341,15 @@ int shm_local_mem(struct soft_wire *w, uint32_t lkey, uint64_t addr, uint64_t le
         return -EACCES;
     *out = (void *)(uintptr_t)(m->addr + (addr - m->iova));
     return 0;
+}
+
+int shm_mr_local(struct soft_wire *w, uint32_t lkey, uint64_t addr, uint64_t len,
+                 uint32_t need_access, void **out)
+{
+    int rc = shm_local_mem(w, lkey, addr, len, need_access, out);
+    /* a receive into memory a peer could not reach fails the same whoever
+     * places the message (SOFT_VERR_NOT_SHARED) */
+    if (rc == 0 && (need_access & IBV_ACCESS_LOCAL_WRITE) && !w->mrs[lkey >> 8]->shared)
+        return -EPERM;
+    return rc;
 }

@@ -375,6 +375,27 @@ static int shm_send_done(struct soft_wire_qp *q, uint64_t h, struct soft_result 
     return 1;
 }
 
+/* ---- where the peer is ------------------------------------------------------------ */
+
+/* Ours goes in our block (a store only when it changed, so a waiting peer
+ * reading it keeps its copy of the line); the peer's comes from its block
+ * and its receive CQ's doorbell (armed: it sleeps, or is about to). Read
+ * through the view checked at lookup; a peer writing nonsense there only
+ * makes us spin or yield when we should not. */
+static int shm_qp_peer(struct soft_wire_qp *q, int cpu)
+{
+    int32_t mine = cpu >= 0 ? cpu + 1 : 0;
+    if (atomic_load_explicit(&q->sh->owner_cpu, memory_order_relaxed) != mine)
+        atomic_store_explicit(&q->sh->owner_cpu, mine, memory_order_relaxed);
+    struct shm_view *v = &q->peer;
+    if (!v->peer || q->stopped || v->sh->qpn != q->a.dest_qpn)
+        return SOFT_PEER_UNKNOWN;
+    if (atomic_load_explicit(&v->recv_db->armed, memory_order_relaxed))
+        return SOFT_PEER_ASLEEP;
+    int32_t theirs = atomic_load_explicit(&v->sh->owner_cpu, memory_order_relaxed);
+    return theirs && theirs == mine ? SOFT_PEER_HERE : SOFT_PEER_AWAKE;
+}
+
 /* ---- progress ------------------------------------------------------------------------ */
 
 /* QPs that a peer moved to ERR (it bumps our context's attention). */
@@ -450,7 +471,7 @@ const struct soft_wire_ops soft_wire_shm = {
     .reaches = shm_reaches,
     .mr_reg = shm_mr_reg,
     .mr_dereg = shm_mr_dereg,
-    .mr_local = shm_local_mem,
+    .mr_local = shm_mr_local,
     .cq_create = shm_cq_create,
     .cq_destroy = shm_cq_destroy,
     .cq_arm = shm_cq_arm,
@@ -473,4 +494,5 @@ const struct soft_wire_ops soft_wire_shm = {
     .ports_changed = shm_ports_changed,
     .recv_done = shm_recv_done,
     .send_done = shm_send_done,
+    .qp_peer = shm_qp_peer,
 };

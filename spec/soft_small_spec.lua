@@ -1,0 +1,168 @@
+-- soft_small_spec.lua - the soft device's small-message path (issue 14):
+-- a SEND of up to 32 bytes travels in its receive's result line
+-- (scatter-to-CQE) and is placed by the receive's owner, through its own
+-- keys; links post small frames inline; a waiter learns where its peer is;
+-- registering memory leaves its untouched pages unallocated.
+local ffi = require("ffi")
+local bit = require("bit")
+local verbs = require("tbrt.verbs")
+local core = require("tbrt.ffi")
+local V = require("verbs_helpers")
+local L = require("links")
+
+local C = core.C
+
+ffi.cdef [[
+  void *mmap(void *, size_t, int, int, int, long);
+  int munmap(void *, size_t);
+  int getpid(void);
+]]
+local PROT_READ, PROT_RW, MAP_PRIVATE_ANON = 1, 3, 0x22
+
+-- Post one receive of several pieces of mr: { {offset, len}, ... }.
+local function post_recv_pieces(qp, mr, pieces, lkey)
+  local sge = ffi.new("struct ibv_sge[?]", #pieces)
+  for i, pc in ipairs(pieces) do
+    sge[i - 1].addr = mr.addr + pc[1]
+    sge[i - 1].length = pc[2]
+    sge[i - 1].lkey = lkey or mr.lkey
+  end
+  local wr = ffi.new("struct ibv_recv_wr")
+  wr.sg_list, wr.num_sge, wr.wr_id = sge, #pieces, 77
+  assert.equal(0, C.tbrt_post_recv(qp.q, wr, nil))
+end
+
+describe("soft device, small messages", function()
+  local p
+  after_each(function() if p then V.close(p) p = nil end end)
+
+  it("places a SEND of up to 32 bytes over the receive's pieces, and nothing beyond", function()
+    p = V.pair{ personality = "linux-rc", type = "RC", recv_sge = 2, inline = 64 }
+    ffi.fill(p.bbuf, 256, 0xee)
+    for i = 0, 19 do p.abuf[i] = i + 1 end
+    post_recv_pieces(p.b, p.bmr, { { 0, 5 }, { 100, 100 } })
+    assert(p.a:post_send{ mr = p.amr, len = 20, inline = true })
+    assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1))[1].status)
+    local r = assert(p.cq_b:wait(1))[1]
+    assert.equal("IBV_WC_SUCCESS", r.status)
+    assert.equal(20, r.byte_len)
+    assert.equal(77, r.wr_id)
+    for i = 0, 4 do assert.equal(i + 1, p.bbuf[i]) end
+    for i = 5, 99 do assert.equal(0xee, p.bbuf[i]) end
+    for i = 0, 14 do assert.equal(i + 6, p.bbuf[100 + i]) end
+    for i = 115, 255 do assert.equal(0xee, p.bbuf[i]) end
+  end)
+
+  it("fails a receive whose lkey is bad when its owner places a small SEND (the sender's " ..
+     "completes), and at the responder for a larger one (the sender's fails too)", function()
+    p = V.pair{ personality = "linux-rc", type = "RC" }
+    -- 16 bytes: they travel in the result; the owner meets the bad key
+    post_recv_pieces(p.b, p.bmr, { { 0, 64 } }, p.bmr.lkey + 1)
+    assert(p.a:post_send{ mr = p.amr, len = 16 })
+    assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1))[1].status)
+    local r = assert(p.cq_b:wait(1))[1]
+    assert.equal("IBV_WC_LOC_PROT_ERR", r.status)
+    assert.matches("bad lkey", r.why)
+    V.close(p)
+    -- 64 bytes: the responder meets it, and an RC sender hears of it
+    p = V.pair{ personality = "linux-rc", type = "RC" }
+    post_recv_pieces(p.b, p.bmr, { { 0, 64 } }, p.bmr.lkey + 1)
+    assert(p.a:post_send{ mr = p.amr, len = 64 })
+    assert.equal("IBV_WC_LOC_PROT_ERR", assert(p.cq_b:wait(1))[1].status)
+    assert.equal("IBV_WC_REM_OP_ERR", assert(p.cq_a:wait(1))[1].status)
+  end)
+
+  it("refuses to register memory nobody may write for writing, as a NIC's driver does", function()
+    local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    local pd = assert(dev:pd())
+    local mem = ffi.C.mmap(nil, 8192, PROT_READ, MAP_PRIVATE_ANON, -1, 0)
+    local mr, err = pd:reg(mem, 8192, verbs.ACCESS_ALL)
+    assert.is_nil(mr)
+    assert.matches("^EFAULT: .*not all mapped writable", err)
+    ffi.C.munmap(mem, 8192)
+    pd:free(); dev:close()
+  end)
+end)
+
+-- The memfd behind the newest registration of this process: its
+-- allocated bytes (st_blocks), through /proc/self/fd.
+local function memfds()
+  local pid = ffi.C.getpid()
+  local out = {}
+  local ls = io.popen("ls -l /proc/" .. pid .. "/fd 2>/dev/null")
+  for line in ls:lines() do
+    local fd = line:match(" (%d+) %-> /memfd:tbrt%-mr")
+    if fd then out[#out + 1] = tonumber(fd) end
+  end
+  ls:close()
+  return out
+end
+
+local function allocated(fd)
+  local f = io.popen(string.format("stat -L -c %%b:%%B /proc/%d/fd/%d", ffi.C.getpid(), fd))
+  local blocks, unit = f:read("*a"):match("(%d+):(%d+)")
+  f:close()
+  return tonumber(blocks) * tonumber(unit)
+end
+
+describe("soft device, registration", function()
+  it("gives untouched memory a backing that allocates nothing, and keeps what was written " ..
+     "through registration and deregistration", function()
+    local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    local pd = assert(dev:pd())
+    local len = 64 * 1024 * 1024
+    local mem = ffi.cast("uint8_t *", ffi.C.mmap(nil, len, PROT_RW, MAP_PRIVATE_ANON, -1, 0))
+    mem[12345] = 42                         -- one page touched before
+    local before = {}
+    for _, fd in ipairs(memfds()) do before[fd] = true end
+    local mr = assert(pd:reg(mem, len, verbs.ACCESS_ALL))
+    local fresh
+    for _, fd in ipairs(memfds()) do if not before[fd] then fresh = fd end end
+    assert.is_not_nil(fresh, "a memfd backs the region")
+    assert.is_true(allocated(fresh) <= 64 * 1024, "allocated " .. allocated(fresh))
+    assert.equal(42, mem[12345])
+    mem[len - 1] = 7                        -- written while registered
+    assert(mr:dereg())
+    assert.equal(42, mem[12345])
+    assert.equal(7, mem[len - 1])
+    assert.equal(0, mem[len / 2])
+    ffi.C.munmap(mem, len)
+    pd:free(); dev:close()
+  end)
+end)
+
+describe("a link's small frames and its waiter", function()
+  it("posts frames that fit the QP's inline data inline, every byte checked", L.async(function()
+    local a, b = L.pair({ device = "soft", personality = "linux-rc" })
+    local msg = L.pattern(8)
+    for _ = 1, 10 do
+      assert.equal(8, a:send(msg, 8)); assert(a:flush())
+      local got = assert(b:recv(8))
+      assert.is_nil(L.check(ffi.cast("const uint8_t *", got), 8))
+    end
+    assert.equal(10, a:stats().inline_sends)
+    local big = L.pattern(1000)
+    assert.equal(1000, a:send(big, 1000)); assert(a:flush())
+    assert.is_nil(L.check(ffi.cast("const uint8_t *", assert(b:recv(1000))), 1000))
+    assert.equal(10, a:stats().inline_sends, "a 1016-byte frame is not inline")
+    a:close(); b:close()
+  end))
+
+  it("keeps looking 2 ms while the peer is awake, 50 us once it sleeps, opts.spin when set",
+    L.async(function()
+      local a, b = L.pair({ device = "soft", personality = "linux-rc" })
+      -- a message each way: each end has met its peer
+      assert(a:send("x")); assert(a:flush()); assert(b:recv(1))
+      assert(b:send("y")); assert(b:flush()); assert(a:recv(1))
+      C.tbrt_link_idle(b._l)                -- b says where it waits
+      assert.equal(2e-3, C.tbrt_link_idle(a._l))
+      -- b's completion queue armed: it sleeps (arm says 1 while it finds work first)
+      local armed
+      for _ = 1, 10 do armed = C.tbrt_link_arm(b._l); if armed == 0 then break end end
+      assert.equal(0, armed)
+      assert.equal(50e-6, C.tbrt_link_idle(a._l))
+      a:settimeouts(nil, nil, 0.01)
+      assert.equal(0.01, C.tbrt_link_idle(a._l))
+      a:close(); b:close()
+    end))
+end)
