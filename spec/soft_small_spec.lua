@@ -131,6 +131,37 @@ describe("soft device, registration", function()
   end)
 end)
 
+describe("soft device, registration over a backing", function()
+  it("keeps what reached a backing's pages through another mapping when a larger " ..
+     "registration takes them in", function()
+    local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    local pd = assert(dev:pd())
+    local len = 2 * 1024 * 1024
+    local mem = ffi.cast("uint8_t *", ffi.C.mmap(nil, len, PROT_RW, MAP_PRIVATE_ANON, -1, 0))
+    local before = {}
+    for _, fd in ipairs(memfds()) do before[fd] = true end
+    local a = assert(pd:reg(mem, len / 2, verbs.ACCESS_ALL))
+    local fresh
+    for _, fd in ipairs(memfds()) do if not before[fd] then fresh = fd end end
+    assert.is_not_nil(fresh, "a memfd backs the region")
+    -- a peer's write: into the memfd, never through our page tables, so
+    -- /proc/self/pagemap calls that page not present
+    local off = 300 * 1024
+    local f = assert(io.open(string.format("/proc/%d/fd/%d", ffi.C.getpid(), fresh), "r+b"))
+    assert(f:seek("set", off))
+    assert(f:write("\99"))
+    f:close()
+    -- a registration reaching past the backing swaps the union in anew
+    local b = assert(pd:reg(mem, len * 3 / 4, verbs.ACCESS_ALL))
+    assert.equal(99, mem[off], "the peer's byte survived the new backing")
+    assert(b:dereg())
+    assert(a:dereg())
+    assert.equal(99, mem[off], "and going back to private pages")
+    ffi.C.munmap(mem, len)
+    pd:free(); dev:close()
+  end)
+end)
+
 describe("a link's small frames and its waiter", function()
   it("posts frames that fit the QP's inline data inline, every byte checked", L.async(function()
     local a, b = L.pair({ device = "soft", personality = "linux-rc" })

@@ -186,6 +186,17 @@ static int put(int fd, uintptr_t p, size_t n, off_t off)
     return 0;
 }
 
+/* Whether page p must be copied: it holds something in our page tables
+ * (present or swapped out), or it lies in a backing already, whose pages may
+ * hold what a peer wrote through its own mapping while ours never faulted
+ * them in (pagemap says "not present" for those: asked page by page, as a
+ * chunk can straddle a backing's edge). */
+static bool page_needed(uint64_t ent, uintptr_t p, uintptr_t ps,
+                        bool (*ours)(uintptr_t, uintptr_t))
+{
+    return (ent & (SHM_PM_PRESENT | SHM_PM_SWAPPED)) || (ours && ours(p, p + ps));
+}
+
 int shm_pages_copy_in(int fd, uintptr_t base, uintptr_t s, uintptr_t e,
                       bool (*ours)(uintptr_t, uintptr_t))
 {
@@ -196,19 +207,18 @@ int shm_pages_copy_in(int fd, uintptr_t base, uintptr_t s, uintptr_t e,
     int rc = 0;
     for (uintptr_t p = s; p < e && !rc;) {
         size_t n = TBRT_MIN((size_t)((e - p) / ps), (size_t)CHUNK);
-        /* part of a backing already: its pages may hold what a peer wrote
-         * and we never mapped, so they all go */
+        /* all of the chunk in a backing already: every page goes */
         bool all = pm < 0 || (ours && ours(p, p + n * ps));
         if (!all && pread(pm, ent, n * sizeof ent[0], (off_t)(p / ps * sizeof ent[0])) !=
                         (ssize_t)(n * sizeof ent[0]))
             all = true;
         for (size_t i = 0; i < n && !rc;) {
-            if (!all && !(ent[i] & (SHM_PM_PRESENT | SHM_PM_SWAPPED))) {
+            if (!all && !page_needed(ent[i], p + i * ps, ps, ours)) {
                 i++;
                 continue;
             }
             size_t j = i + 1;
-            while (j < n && (all || (ent[j] & (SHM_PM_PRESENT | SHM_PM_SWAPPED))))
+            while (j < n && (all || page_needed(ent[j], p + j * ps, ps, ours)))
                 j++;
             rc = put(fd, p + i * ps, (j - i) * ps, (off_t)(p + i * ps - base));
             i = j;
