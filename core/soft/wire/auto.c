@@ -456,6 +456,24 @@ static int auto_progress(struct soft_wire *w, struct soft_wire_event *ev, int ma
     return n;
 }
 
+/* Keys are the shm wire's on either wire (see the top): its table resolves
+ * them, for the objects placing a result that carries its data. */
+static int auto_mr_local(struct soft_wire *w, uint32_t key, uint64_t addr, uint64_t len,
+                         uint32_t access, void **out)
+{
+    return SHM->mr_local(w->shm, key, addr, len, access, out);
+}
+
+/* Where the peer is: known on shared memory, not across UDP. */
+static int auto_qp_peer(struct soft_wire_qp *q, int cpu)
+{
+    if (q->on == ON_SHM && SHM->qp_peer)
+        return SHM->qp_peer(q->shm, cpu);
+    if (q->on == ON_UDP && UDP->qp_peer)
+        return UDP->qp_peer(q->udp, cpu);
+    return SOFT_PEER_UNKNOWN;
+}
+
 static int auto_recv_done(struct soft_wire_qp *q, uint64_t index, struct soft_result *r)
 {
     if (q->on == ON_UDP)
@@ -540,6 +558,7 @@ const struct soft_wire_ops soft_wire_auto = {
     .reaches = auto_reaches,
     .mr_reg = auto_mr_reg,
     .mr_dereg = auto_mr_dereg,
+    .mr_local = auto_mr_local,
     .cq_create = auto_cq_create,
     .cq_destroy = auto_cq_destroy,
     .cq_arm = auto_cq_arm,
@@ -563,4 +582,5 @@ const struct soft_wire_ops soft_wire_auto = {
     .recv_done = auto_recv_done,
     .send_done = auto_send_done,
     .stats = auto_stats,
+    .qp_peer = auto_qp_peer,
 };
