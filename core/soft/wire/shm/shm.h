@@ -495,10 +495,11 @@ int shm_wake_addr(struct soft_wire *w, int32_t pid, uint64_t ctx_id, uint32_t db
 
 /* shm_rq.c: our receive queues (a QP's or an SRQ's) */
 void shm_rq_post(struct shm_rq_own *o, uint64_t index, const struct soft_wire_recv *r);
-/* recv_done for one of them (who: "QP 0x.." / "SRQ 0x.." for messages;
+/* recv_done for one of them (kind "QP" / "SRQ" and its number, for
+ * messages: put together only when one is written, never per poll;
  * stopped: the QP is in ERR, flush what has not finished). */
-int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *who, bool stopped,
-                uint64_t c, struct soft_result *r);
+int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *kind, uint32_t num,
+                bool stopped, uint64_t c, struct soft_result *r);
 /* RESET: nothing posted looks posted any more; cons catches up. */
 void shm_rq_reset(struct shm_rq_own *o);
 /* A sender is writing the result of receive c (a few stores): wait for it,

@@ -61,14 +61,14 @@ static void flushed(struct soft_result *r)
 /* Senders take receives in order and only posted ones, so cons can never
  * pass what we posted; a peer that moved it there broke the queue. Looked
  * at now and then, off the fast path (its line is the senders'). */
-static bool cons_sane(struct soft_wire *w, struct shm_rq_own *o, const char *who,
-                      uint64_t oldest)
+static bool cons_sane(struct soft_wire *w, struct shm_rq_own *o, const char *kind,
+                      uint32_t num, uint64_t oldest)
 {
     uint64_t cons = atomic_load_explicit(o->cons, memory_order_relaxed);
     if (cons - oldest <= o->prod - oldest)
         return true;
-    shm_corrupt(w, "%s: rq_cons %llu is outside the %llu..%llu it may be (our shared block "
-                "is corrupt)", who, (unsigned long long)cons, (unsigned long long)oldest,
+    shm_corrupt(w, "%s 0x%x: rq_cons %llu is outside the %llu..%llu it may be (our shared "
+                "block is corrupt)", kind, num, (unsigned long long)cons, (unsigned long long)oldest,
                 (unsigned long long)o->prod);
     return false;
 }
@@ -93,8 +93,8 @@ static bool stalled(struct shm_rq_own *o, uint64_t c)
     return atomic_compare_exchange_strong(&o->rq[c % o->cap].seq, &want, 0);
 }
 
-int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *who, bool stopped,
-                uint64_t c, struct soft_result *r)
+int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *kind, uint32_t num,
+                bool stopped, uint64_t c, struct soft_result *r)
 {
     struct shm_rqe *e = &o->rq[c % o->cap];
     uint64_t seq = atomic_load_explicit(&e->seq, memory_order_acquire);
@@ -123,12 +123,12 @@ int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *who, bool
         return 1;
     }
     if (!posted && !writing) {
-        shm_corrupt(w, "%s: receive slot %u (receive %llu): seq 0x%llx is neither posted nor "
-                    "done (our shared block is corrupt)", who, (unsigned)(c % o->cap),
+        shm_corrupt(w, "%s 0x%x: receive slot %u (receive %llu): seq 0x%llx is neither posted "
+                    "nor done (our shared block is corrupt)", kind, num, (unsigned)(c % o->cap),
                     (unsigned long long)c, (unsigned long long)seq);
         return -1;
     }
-    if ((++o->idle & 255) == 0 && !cons_sane(w, o, who, c))
+    if ((++o->idle & 255) == 0 && !cons_sane(w, o, kind, num, c))
         return -1;
     if (!stalled(o, c))
         return 0;

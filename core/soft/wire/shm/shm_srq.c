@@ -98,9 +98,7 @@ void shm_srq_arm(struct soft_wire_srq *s, uint32_t limit)
 
 int shm_srq_done(struct soft_wire_srq *s, uint64_t index, struct soft_result *r)
 {
-    char who[32];
-    snprintf(who, sizeof who, "SRQ 0x%x", s->srqn);
-    return shm_rq_done(s->w, &s->own, who, false, index, r);
+    return shm_rq_done(s->w, &s->own, "SRQ", s->srqn, false, index, r);
 }
 
 int shm_srq_events(struct soft_wire *w, struct soft_wire_event *ev, int max)

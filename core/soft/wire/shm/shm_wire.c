@@ -347,9 +347,7 @@ static void flushed(struct soft_result *r)
 
 static int shm_recv_done(struct soft_wire_qp *q, uint64_t c, struct soft_result *r)
 {
-    char who[24];
-    snprintf(who, sizeof who, "QP 0x%x", q->qpn);
-    return shm_rq_done(q->w, &q->rq_own, who, q->stopped, c, r);
+    return shm_rq_done(q->w, &q->rq_own, "QP", q->qpn, q->stopped, c, r);
 }
 
 static int shm_send_done(struct soft_wire_qp *q, uint64_t h, struct soft_result *r)
