@@ -183,7 +183,8 @@ describe("a link over the mlx5 model whose close fails to destroy", function()
   it("says so, releases the rings after the device, and leaks nothing", function()
     local asan = os.getenv("TBRT_ASAN") ~= nil
     local r = H.run_tbrt({ "-e", SCRIPT }, { timeout = 60,
-      env = asan and { ASAN_OPTIONS = "detect_leaks=1:abort_on_error=0" } or nil })
+      env = asan and { ASAN_OPTIONS = "detect_leaks=1:abort_on_error=0",
+                     LSAN_OPTIONS = "suppressions=" .. H.root .. "/spec/support/lsan.supp" } or nil })
     assert.equal(0, r.code, H.describe(r))
     assert.matches("close:\tnil\tETIMEDOUT: link %d+: close: mlx5:model0 %(model%): destroy_qp: " ..
       "mlx5 DESTROY_QP: no completion within 50 ms\n", r.stdout)
