@@ -56,9 +56,7 @@ describe("tbrt matrix with a faults axis", function()
     H.rmtree(dir)
   end)
 
-  it("records 'no fault injection yet' as the cell's error where faults are missing", function()
-    local how = support.faults()
-    if how then return pending("this tbrt has fault injection: the spec above runs it") end
+  it("records a link's refusal of faults (a tcp link has no device) as the cell's error", function()
     local text = [[return { hosts = { ["local"] = 2 }, patterns = { "pairwise" },
       axes = { device = { "tcp" }, size = { 64 }, faults = { drop = { 0, 0.01 } } },
       measure = { lat_iters = 10, bw_iters = 10 } }]]
@@ -70,7 +68,8 @@ describe("tbrt matrix with a faults axis", function()
       else
         assert.is_false(m.ok)
         assert.equal("faults", m.step)
-        assert.matches("^rank 0 %(.-%) faults: ENOTSUP: no fault injection yet", m.error)
+        assert.matches("^rank 0 %(.-%) faults: ENOTSUP: link %d+: faults: a tcp link has no device",
+          m.error)
       end
     end
     H.rmtree(dir)
