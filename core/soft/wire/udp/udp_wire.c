@@ -263,6 +263,7 @@ int udp_qp_create_qpn(struct soft_wire *w, const struct soft_wire_qp_init *init,
     q->sq_cap = init->sq_cap;
     q->recv_cq = init->recv_cq;
     q->send_cq = init->send_cq;
+    q->srq = init->srq;
     q->a.state = IBV_QPS_RESET;
     q->credit_flow = w->cfg.credit_flow && init->qp_type != IBV_QPT_UD;
     udp_req_reset(q);
@@ -294,6 +295,7 @@ static void udp_qp_destroy(struct soft_wire_qp *q)
 {
     struct soft_wire *w = q->w;
     udp_ep_lock(w->ep);
+    udp_srq_release(q, true);
     udp_ep_qp_del(w->ep, q);
     for (struct soft_wire_qp **pp = &w->qps; *pp; pp = &(*pp)->next)
         if (*pp == q) {
@@ -314,6 +316,7 @@ void udp_qp_fail(struct soft_wire_qp *q)
     q->stopped = true;
     q->event = true;
     q->wake = true;
+    udp_srq_release(q, false);
     /* the owner must look: its flushes and the event come from its turn */
     udp_cq_signal(q->send_cq);
     udp_cq_signal(q->recv_cq);
@@ -382,7 +385,9 @@ static void udp_qp_modify(struct soft_wire_qp *q, const struct soft_wire_qp_attr
     q->path.dport = port;
     if (a->state == IBV_QPS_ERR) {
         q->stopped = true;
+        udp_srq_release(q, false);
     } else if (a->state == IBV_QPS_RESET) {
+        udp_srq_release(q, false);
         q->sq_reaped = q->sq_tail;
         q->rq_reaped = q->rq_prod;
         q->stopped = q->event = false;
@@ -585,6 +590,7 @@ static int udp_progress(struct soft_wire *w, struct soft_wire_event *ev, int max
                                                .cause = q->cause};
         }
     }
+    n += udp_srq_events(w, ev + n, max - n);
     udp_ep_unlock(w->ep);
     return n;
 }
@@ -612,6 +618,11 @@ const struct soft_wire_ops soft_wire_udp = {
     .cq_arm = udp_cq_arm,
     .cq_ack = udp_cq_ack,
     .cq_wake = udp_cq_wake,
+    .srq_create = udp_srq_create,
+    .srq_destroy = udp_srq_destroy,
+    .srq_post = udp_srq_post,
+    .srq_arm = udp_srq_arm,
+    .srq_done = udp_srq_done,
     .qp_create = udp_qp_create,
     .qp_destroy = udp_qp_destroy,
     .qp_modify = udp_qp_modify,
