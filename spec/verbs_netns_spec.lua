@@ -20,7 +20,8 @@ local X = require("programs")
 local P = require("netns_programs")
 
 local PROGRAMS = { "ibv_devinfo", "ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong",
-  "ibv_srq_pingpong", "ib_send_bw", "ib_send_lat", "ib_write_bw", "ib_read_lat", "ib_atomic_lat",
+  "ibv_srq_pingpong", "ib_send_bw", "ib_send_lat", "ib_write_bw", "ib_write_lat", "ib_read_bw", "ib_read_lat",
+  "ib_atomic_lat",
   "rping" }
 
 local function skip_why()
@@ -83,7 +84,11 @@ describe("Debian's verbs programs between two network namespaces (tbrt exec --wi
     gid = {}
     for i = 1, 2 do
       local g, err = P.gid_index(net.hosts[i], addr[i])
-      assert(g, err)
+      if not g then
+        net.close()     -- (teardown too; this is in case setup's failure skips it)
+        net = nil
+        error(err, 0)
+      end
       gid[i] = tostring(g)
     end
   end)
@@ -135,6 +140,11 @@ describe("Debian's verbs programs between two network namespaces (tbrt exec --wi
       if why then return pending(why) end
       pingpong("ibv_rc_pingpong", 100, { "-c" })
       pingpong("ibv_rc_pingpong", 100, { "-c", "-e" })
+    end)
+
+    it("ibv_rc_pingpong -N: the ibv_wr_* post API of ibv_create_qp_ex", function()
+      if why then return pending(why) end
+      pingpong("ibv_rc_pingpong", 100, { "-c", "-N" })
     end)
 
     it("ibv_uc_pingpong", function()
@@ -204,10 +214,23 @@ describe("Debian's verbs programs between two network namespaces (tbrt exec --wi
       lat({ "ib_send_lat", "-n", "200" })
     end)
 
-    it("ib_write_bw and ib_read_lat over RC", function()
+    it("ib_write_bw and ib_write_lat over RC", function()
       if why then return pending(why) end
       bw({ "ib_write_bw", "-n", "200" }, 65536)
+      lat({ "ib_write_lat", "-n", "200" })
+    end)
+
+    it("ib_read_bw and ib_read_lat over RC", function()
+      if why then return pending(why) end
+      bw({ "ib_read_bw", "-n", "200" }, 65536)
       lat({ "ib_read_lat", "-n", "200" })
+    end)
+
+    it("ib_send_bw and ib_write_bw over UC", function()
+      if why then return pending(why) end
+      local srv, _, d = bw({ "ib_send_bw", "-n", "200", "-c", "UC" }, 65536)
+      contains(srv.stdout, "Connection type : UC", d)
+      bw({ "ib_write_bw", "-n", "200", "-c", "UC" }, 65536)
     end)
 
     it("ib_send_bw over UD: one port MTU (4096) per datagram", function()
