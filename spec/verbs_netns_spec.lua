@@ -9,7 +9,9 @@
 -- The GID index a program is given (-g, perftest's -x) is found in its own
 -- namespace's ibv_devinfo -v: the RoCE v2 GID of the veth's address. (The
 -- soft device lists 127.0.0.1 first, as it does on one host; perftest's own
--- choice, the first IPv4 GID, would be that.)
+-- choice, the first IPv4 GID, would be that.) A device bound to the veth
+-- (TBRT_SOFT_NETDEVS, as rxe is bound to its interface) has the veth's
+-- addresses only, and perftest's own choice works: one case shows it.
 --
 -- Heavy (two namespaces, two programs per case): the normal build only
 -- (TBRT_ASAN). Iteration counts are small: these prove the programs run,
@@ -106,7 +108,7 @@ describe("Debian's verbs programs between two network namespaces (tbrt exec --wi
     o = o or {}
     local p0 = P.packets(net)
     local srv, cli = P.pair(net, argv_of, { port = o.port, client_extra = o.client_extra or
-      { addr[1] } })
+      { addr[1] }, env_of = o.env_of })
     return srv, cli, P.packets(net) - p0
   end
 
@@ -178,14 +180,16 @@ describe("Debian's verbs programs between two network namespaces (tbrt exec --wi
       local srv, cli, pkts = pair(function(i)
         local a = {}
         for _, w in ipairs(args) do a[#a + 1] = w end
-        if not o.cm then
+        if not o.cm and not o.netdev then
           a[#a + 1] = "-x"
           a[#a + 1] = gid[i]
         end
         a[#a + 1] = "-p"
         a[#a + 1] = tostring(p)
         return a
-      end, { port = p })
+      end, { port = p, env_of = o.netdev and function(i)
+        return { TBRT_SOFT_NETDEVS = net.cables[1].dev[i] }
+      end })
       local d = ok_pair(srv, cli)
       local row = perftest_row(cli.stdout)
       assert(row, d)
@@ -251,6 +255,21 @@ describe("Debian's verbs programs between two network namespaces (tbrt exec --wi
       if why then return pending(why) end
       local srv, _, d = bw({ "ib_send_bw", "-n", "200", "--use-srq" }, 65536)
       contains(srv.stdout, "Using SRQ      : ON", d)
+    end)
+
+    it("perftest's own GID choice (no -x) when each device is bound to its veth (TBRT_SOFT_NETDEVS)", function()
+      if why then return pending(why) end
+      local srv, cli, d = bw({ "ib_send_bw", "-n", "200" }, 65536, { netdev = true })
+      -- "GID: 00:...:255:255:198:19:x:1": each end's is its veth's address
+      local function perftest_gid(a)
+        local t = {}
+        for n in a:gmatch("%d+") do t[#t + 1] = string.format("%02d", tonumber(n)) end
+        return "255:255:" .. table.concat(t, ":")
+      end
+      for _, r in ipairs { srv, cli } do
+        contains(r.stdout, perftest_gid(addr[1]), d)
+        contains(r.stdout, perftest_gid(addr[2]), d)
+      end
     end)
 
     it("ib_send_bw -R: rdma_cm (tbrt's librdmacm over TCP) resolves the address to the soft GID", function()

@@ -69,21 +69,24 @@ function P.packets(net)
 end
 
 -- argv_of(i) is the program's argv in host i (1: the server, 2: the
--- client); the client gets opts.client_extra after it. Returns both
--- results (H.run's shape).
+-- client); the client gets opts.client_extra after it; opts.env_of(i),
+-- if given, the environment changes in host i. Returns both results
+-- (H.run's shape).
 function P.pair(net, argv_of, opts)
   opts = opts or {}
   local cli_argv = argv_of(2)
   for _, w in ipairs(opts.client_extra or {}) do cli_argv[#cli_argv + 1] = w end
+  local env_of = opts.env_of or function() return nil end
   local srv, cli
   task.run(function()
-    local s = N.start_in(net.hosts[1], exec_argv(argv_of(1)))
+    local s = N.start_in(net.hosts[1], exec_argv(argv_of(1)), { env = env_of(1) })
     local deadline = H.now() + P.LISTEN_TIMEOUT
     while s.code == nil and not P.listening(s.pid, opts.port) and H.now() < deadline do
       task.sleep(0.02)
     end
     if s.code == nil and P.listening(s.pid, opts.port) then
-      cli = N.run_in(net.hosts[2], exec_argv(cli_argv), { timeout = opts.timeout or P.TIMEOUT })
+      cli = N.run_in(net.hosts[2], exec_argv(cli_argv), { timeout = opts.timeout or P.TIMEOUT,
+        env = env_of(2) })
     else
       cli = { code = -1, stdout = "", stderr = "the server never listened on port " .. opts.port,
         timed_out = false }
