@@ -137,6 +137,19 @@ describe("soft shared receive queues (" .. wire .. " wire)", function()
     assert.is_nil(s.dev:event())                -- once
   end)
 
+  it("the limit wakes the event fd by itself, while the owner only waits on it", function()
+    s = setup()
+    for i = 1, 2 do assert(s.srq:post_recv{ mr = s.rmr, len = 64, wr_id = i }) end
+    assert(s.srq:modify{ limit = 2 })
+    local fd = assert(s.dev:event_fd())
+    assert.is_nil(s.dev:event())
+    assert(s.a1:post_send{ mr = s.smr, len = 8 })   -- 1 waits: below the limit
+    -- nothing more is asked of the device: the wire must wake the fd
+    assert.is_true(readable(fd, 2000), "no wake-up for the limit")
+    local ev = s.dev:event()
+    assert(ev and ev.type == "SRQ_LIMIT_REACHED", "no SRQ_LIMIT_REACHED")
+  end)
+
   it("arming a limit above what waits reports it at once", function()
     s = setup()
     assert(s.srq:post_recv{ mr = s.rmr, len = 64 })

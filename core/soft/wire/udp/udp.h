@@ -321,6 +321,8 @@ struct soft_wire {
     struct soft_wire_qp *qps;
     struct soft_wire_srq *srqs;
     uint32_t srq_gen;           /* SRQ numbers given so far */
+    int evfd;                   /* the event fd (wire.h's event_fd): an eventfd */
+    _Atomic bool ev_armed;      /* written once when an event comes while armed */
     struct udp_mr *mrs[SOFT_MAX_MR + 1]; /* by key >> 8 */
     uint32_t mr_gen;
     uint64_t rate_next_ns;      /* faults' rate cap: when the next packet may leave */
@@ -408,6 +410,9 @@ const struct udp_mr *udp_mr_find(struct soft_wire *w, uint32_t key, uint64_t va,
  * from / to buf: 0, or -1 when an entry is not ours or out of its region. */
 int udp_sge_copy(struct soft_wire *w, const struct ibv_sge *sge, uint32_t n, uint64_t off,
                  void *buf, uint64_t len, bool to_sge);
+/* An event for the objects (a QP to ERR, an SRQ's limit): wake the event
+ * fd if armed (and disarm), whichever thread found it. */
+void udp_event_signal(struct soft_wire *w);
 /* A result for this CQ's queues: wake it if armed (and disarm). */
 void udp_cq_signal(struct soft_wire_cq *c);
 extern int udp_debug;           /* TBRT_UDP_DEBUG: 1 timeouts, 2 QP states every 20 ms */

@@ -22,7 +22,8 @@
  * naming a QP that is gone, which the objects treat as a bad value.
  *
  * The limit (srq_arm): checked when a receive is claimed; crossing it
- * disarms it and reports SOFT_WIRE_SRQ_LIMIT at the next progress. */
+ * disarms it, wakes the event fd and reports SOFT_WIRE_SRQ_LIMIT at the next
+ * progress. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,7 @@ static void check_limit(struct soft_wire_srq *s)
     if (s->limit && s->prod - s->taken < s->limit) {
         s->limit = 0;
         s->limit_hit = true;
+        udp_event_signal(s->w);
     }
 }
 
