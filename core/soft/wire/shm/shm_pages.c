@@ -202,17 +202,24 @@ int shm_pages_copy_in(int fd, uintptr_t base, uintptr_t s, uintptr_t e,
         if (!all && pread(pm, ent, n * sizeof ent[0], (off_t)(p / ps * sizeof ent[0])) !=
                         (ssize_t)(n * sizeof ent[0]))
             all = true;
+        /* a page of a backing goes whatever pagemap says (its mapping may
+         * never have been touched since it was swapped in: not present),
+         * page by page when the chunk is partly one */
+#define KEEP(k)                                                                              \
+    (all || (ent[k] & (SHM_PM_PRESENT | SHM_PM_SWAPPED)) ||                                  \
+     (ours && ours(p + (k) * ps, p + ((k) + 1) * ps)))
         for (size_t i = 0; i < n && !rc;) {
-            if (!all && !(ent[i] & (SHM_PM_PRESENT | SHM_PM_SWAPPED))) {
+            if (!KEEP(i)) {
                 i++;
                 continue;
             }
             size_t j = i + 1;
-            while (j < n && (all || (ent[j] & (SHM_PM_PRESENT | SHM_PM_SWAPPED))))
+            while (j < n && KEEP(j))
                 j++;
             rc = put(fd, p + i * ps, (j - i) * ps, (off_t)(p + i * ps - base));
             i = j;
         }
+#undef KEEP
         p += n * ps;
     }
     if (pm >= 0)
