@@ -449,6 +449,16 @@ static void auto_post_send(struct soft_wire_qp *q, uint64_t index, const struct 
         SHM->post_send(q->shm, index, s);
 }
 
+/* Where the peer's owner is: shm knows (its blocks say); UDP does not. */
+static int auto_qp_peer(struct soft_wire_qp *q, int cpu)
+{
+    if (q->on == ON_SHM && SHM->qp_peer)
+        return SHM->qp_peer(q->shm, cpu);
+    if (q->on == ON_UDP && UDP->qp_peer)
+        return UDP->qp_peer(q->udp, cpu);
+    return SOFT_PEER_UNKNOWN;
+}
+
 static int auto_progress(struct soft_wire *w, struct soft_wire_event *ev, int max)
 {
     int n = SHM->progress(w->shm, ev, max);
@@ -564,4 +574,5 @@ const struct soft_wire_ops soft_wire_auto = {
     .recv_done = auto_recv_done,
     .send_done = auto_send_done,
     .stats = auto_stats,
+    .qp_peer = auto_qp_peer,
 };
