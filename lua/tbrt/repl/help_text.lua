@@ -86,7 +86,7 @@ kind("link", "a link", has_meta("tbrt.link", "Link"), {
   { "recv_view([timeout])", "zero-copy: the oldest received stride's unread bytes: ptr, len" },
   { "release([n])", "give back n (default all) bytes of the open recv view" },
   { "stats()", "bytes/frames sent and received, completions, spins, sleeps; wire_* counters" },
-  { "faults{drop=, delay=, ...}", "inject faults on this link's device, while traffic runs ({} clears)" },
+  { "faults({drop=, delay=, ...})", "inject faults on this link's device, while traffic runs ({} clears)" },
   { "info()", "id, state, device, kind, personality, framing, QP numbers, ..." },
   { "settimeouts(timeout, liveness, spin)", "seconds for waits, peer liveness, spinning" },
   { "caps()", "this side's capability block (24 bytes)" },
