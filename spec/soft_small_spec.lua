@@ -129,6 +129,36 @@ describe("soft device, registration", function()
     ffi.C.munmap(mem, len)
     pd:free(); dev:close()
   end)
+
+  -- (two buffers side by side on a heap share a page: LuaJIT's, malloc's)
+  it("keeps every byte when a second registration shares a page with a backing and merges " ..
+     "with it, and when both go", function()
+    local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    local pd = assert(dev:pd())
+    local ps, pages = 4096, 8
+    local len = ps * pages
+    local mem = ffi.cast("uint8_t *", ffi.C.mmap(nil, len, PROT_RW, MAP_PRIVATE_ANON, -1, 0))
+    for i = 0, len - 1 do mem[i] = (i * 7 + 3) % 251 end
+    local function intact(when)
+      for i = 0, len - 1 do
+        if mem[i] ~= (i * 7 + 3) % 251 then
+          error(string.format("%s: byte %d (page %d) is %d, was %d", when, i, math.floor(i / ps),
+            mem[i], (i * 7 + 3) % 251), 2)
+        end
+      end
+    end
+    -- pages 0..2, then 2..5: page 2 is both's; the first backing's pages
+    -- are not touched between the two
+    local a = assert(pd:reg(mem, 2 * ps + 100, verbs.ACCESS_ALL))
+    local b = assert(pd:reg(mem + 2 * ps + 200, 3 * ps, verbs.ACCESS_ALL))
+    intact("after the second registration")
+    assert(a:dereg())
+    intact("after the first deregistration")
+    assert(b:dereg())
+    intact("after both")
+    ffi.C.munmap(mem, len)
+    pd:free(); dev:close()
+  end)
 end)
 
 describe("soft device, registration over a backing", function()

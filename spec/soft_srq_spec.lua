@@ -4,7 +4,9 @@
 -- event comes once when fewer receives wait than armed, a QP of the SRQ that
 -- goes to ERR reports its last WQE, and what verbs forbid is refused with a
 -- message (posting to the QP, destroying an SRQ in use, growing it past its
--- slots).
+-- slots). All of it on both wires: shared memory, and UDP (RoCEv2 on
+-- loopback), where a message of many packets holds the receive it took from
+-- its first packet to its last.
 local ffi = require("ffi")
 local verbs = require("tbrt.verbs")
 local core = require("tbrt.ffi")
@@ -21,10 +23,10 @@ end
 
 -- Two senders a1, a2 connected to b1, b2, which share one SRQ; b1 and b2
 -- have CQs of their own (cq_b1, cq_b2), so each completion's CQ shows whose
--- it is. o.type: RC (default) or UC.
+-- it is. o.type: RC (default) or UC; o.wire.
 local function srq_setup(o)
   o = o or {}
-  local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+  local dev = assert(verbs.open("soft0", { personality = "linux-rc", wire = o.wire }))
   local pd = assert(dev:pd())
   local cq_a, cq_b1, cq_b2 = assert(dev:cq(64)), assert(dev:cq(64)), assert(dev:cq(64))
   local srq = assert(pd:srq{ max_wr = o.max_wr or 16, max_sge = 1 })
@@ -52,12 +54,18 @@ local function srq_setup(o)
   return s
 end
 
-describe("soft shared receive queues", function()
+for _, wire in ipairs { "shm", "udp" } do
+describe("soft shared receive queues (" .. wire .. " wire)", function()
   local s
+  local function setup(o)
+    o = o or {}
+    o.wire = wire
+    return srq_setup(o)
+  end
   after_each(function() if s then s.close() s = nil end end)
 
   it("the device says it has them", function()
-    local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    local dev = assert(verbs.open("soft0", { personality = "linux-rc", wire = wire }))
     local a = dev:query()
     assert.is_true(a.max_srq >= 1)
     assert.is_true(a.max_srq_wr >= 4096)
@@ -68,7 +76,7 @@ describe("soft shared receive queues", function()
   for _, t in ipairs { "RC", "UC" } do
     it(t .. ": receives are taken oldest first by whichever QP a message arrives at, " ..
       "each completion in the receiving QP's CQ", function()
-      s = srq_setup{ type = t }
+      s = setup{ type = t }
       for i = 1, 4 do
         assert(s.srq:post_recv{ mr = s.rmr, offset = (i - 1) * 1024, len = 1024, wr_id = 100 + i })
       end
@@ -95,7 +103,7 @@ describe("soft shared receive queues", function()
   end
 
   it("an RC sender waits (RNR) until the SRQ has a receive, then it is delivered", function()
-    s = srq_setup()
+    s = setup()
     assert(s.a1:post_send{ mr = s.smr, len = 8, wr_id = 7 })
     assert.same({}, assert(s.cq_b1:poll(4)))
     assert(s.srq:post_recv{ mr = s.rmr, len = 64, wr_id = 70 })
@@ -106,7 +114,7 @@ describe("soft shared receive queues", function()
   end)
 
   it("the limit event comes once, when fewer receives wait than armed, and disarms it", function()
-    s = srq_setup()
+    s = setup()
     for i = 1, 4 do assert(s.srq:post_recv{ mr = s.rmr, len = 64, wr_id = i }) end
     assert(s.srq:modify{ limit = 3 })
     assert.equal(3, s.srq:query().limit)
@@ -129,8 +137,21 @@ describe("soft shared receive queues", function()
     assert.is_nil(s.dev:event())                -- once
   end)
 
+  it("the limit wakes the event fd by itself, while the owner only waits on it", function()
+    s = setup()
+    for i = 1, 2 do assert(s.srq:post_recv{ mr = s.rmr, len = 64, wr_id = i }) end
+    assert(s.srq:modify{ limit = 2 })
+    local fd = assert(s.dev:event_fd())
+    assert.is_nil(s.dev:event())
+    assert(s.a1:post_send{ mr = s.smr, len = 8 })   -- 1 waits: below the limit
+    -- nothing more is asked of the device: the wire must wake the fd
+    assert.is_true(readable(fd, 2000), "no wake-up for the limit")
+    local ev = s.dev:event()
+    assert(ev and ev.type == "SRQ_LIMIT_REACHED", "no SRQ_LIMIT_REACHED")
+  end)
+
   it("arming a limit above what waits reports it at once", function()
-    s = srq_setup()
+    s = setup()
     assert(s.srq:post_recv{ mr = s.rmr, len = 64 })
     assert(s.srq:modify{ limit = 5 })
     local ev = s.dev:event()
@@ -138,7 +159,7 @@ describe("soft shared receive queues", function()
   end)
 
   it("a QP of the SRQ that goes to ERR reports QP_LAST_WQE_REACHED; the SRQ's receives stay", function()
-    s = srq_setup()
+    s = setup()
     for i = 1, 2 do assert(s.srq:post_recv{ mr = s.rmr, len = 64, wr_id = i }) end
     assert(s.b1:modify{ state = "ERR" })
     local ev = s.dev:event()
@@ -152,7 +173,7 @@ describe("soft shared receive queues", function()
   end)
 
   it("refuses posting to its QPs, destroying it in use, and growing it past its slots", function()
-    s = srq_setup{ max_wr = 10 }
+    s = setup{ max_wr = 10 }
     local ok, err = s.b1:post_recv{ mr = s.rmr, len = 64 }
     assert.is_nil(ok)
     assert.matches("^EINVAL: .*takes its receives from SRQ", err)
@@ -171,7 +192,7 @@ describe("soft shared receive queues", function()
   end)
 
   it("a QP made with no receive queue (max_recv_wr 0) refuses receives", function()
-    local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    local dev = assert(verbs.open("soft0", { personality = "linux-rc", wire = wire }))
     local pd, cq = assert(dev:pd()), assert(dev:cq(8))
     local qp = assert(pd:qp{ type = "RC", send_cq = cq, recv_wr = 0 })
     assert.equal(0, qp.q.cap.max_recv_wr)
@@ -185,10 +206,11 @@ describe("soft shared receive queues", function()
   end)
 
   it("completion fds wake for SRQ receives as for a QP's own", function()
-    s = srq_setup()
+    s = setup()
     assert(s.srq:post_recv{ mr = s.rmr, len = 64 })
     assert.equal(0, core.C.tbrt_cq_arm(s.cq_b2.c))
     assert(s.a2:post_send{ mr = s.smr, len = 8 })
     assert.is_true(readable(s.cq_b2.c.fd, 1000))
   end)
 end)
+end

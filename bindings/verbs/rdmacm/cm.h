@@ -164,6 +164,7 @@ struct cm_event *cm_event_new(struct cm_id *id, enum rdma_cm_event_type type, in
 void cm_queue(struct cm_chan *ch, struct cm_event *e);
 struct cm_chan *cm_chan_new(bool sync);
 void cm_chan_free(struct cm_chan *ch);
+void cm_chan_drop(struct cm_chan *ch, struct cm_id *id);
 /* Synchronous ids: wait (cm_lock released meanwhile) for the next event of
  * the id's private channel; its type, or -1 with errno. */
 int cm_sync_wait(struct cm_id *id, enum rdma_cm_event_type want, int timeout_ms);

@@ -81,6 +81,34 @@ void cm_chan_free(struct cm_chan *ch)
     free(ch);
 }
 
+/* Forget the events of id still queued on ch (never handed out by
+ * rdma_get_cm_event), as librdmacm's destroy does with the kernel's: only
+ * events the program was given wait for its ack. cm_lock held. */
+void cm_chan_drop(struct cm_chan *ch, struct cm_id *id)
+{
+    struct cm_event **pp = &ch->head, *last = NULL;
+    while (*pp) {
+        struct cm_event *e = *pp;
+        if (e->owner != id) {
+            last = e;
+            pp = &e->next;
+            continue;
+        }
+        *pp = e->next;
+        /* its count on the fd (a reader that took the count meanwhile finds
+         * no event and reads again) */
+        uint64_t v;
+        int fl = fcntl(ch->pub.fd, F_GETFL);
+        fcntl(ch->pub.fd, F_SETFL, fl | O_NONBLOCK);
+        if (read(ch->pub.fd, &v, sizeof v) < 0 && errno != EAGAIN)
+            cm_say("rdma_destroy_id", errno, "event count of the channel");
+        fcntl(ch->pub.fd, F_SETFL, fl);
+        id->events_out--;
+        free(e);
+    }
+    ch->tail = last;
+}
+
 struct rdma_event_channel *rdma_create_event_channel(void)
 {
     struct cm_chan *ch = cm_chan_new(false);

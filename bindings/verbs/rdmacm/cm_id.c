@@ -159,6 +159,9 @@ int rdma_destroy_id(struct rdma_cm_id *rid)
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += CM_ACK_WAIT_S;
     int rc = 0;
+    /* events never handed out go with it; those handed out wait for acks */
+    if (!id->chan->sync)
+        cm_chan_drop(id->chan, id);
     /* events of a synchronous id's private channel go with it */
     while (id->events_out > 0 && !id->chan->sync && rc == 0)
         rc = pthread_cond_timedwait(&cm_cond, &cm_lock, &until);

@@ -376,7 +376,8 @@ static void choose(struct soft_wire_qp *q, const struct soft_wire_qp_attr *a)
 {
     struct soft_wire *w = q->w;
     q->on = ON_SHM;
-    if (!gid_here(a->dgid) && !(q->init.srq && !UDP->srq_create) && udp_up(w)) {
+    /* a QP of an SRQ stays on shm: the auto wire's SRQs are shm's */
+    if (!gid_here(a->dgid) && !q->init.srq && udp_up(w)) {
         struct soft_wire_qp_init ui = q->init;
         ui.recv_cq = q->recv_cq->udp;
         ui.send_cq = q->send_cq->udp;

@@ -14,6 +14,7 @@
  *                posted receives and registered memory, ACK/NAK/RNR NAK,
  *                READ responses, the UD GRH, apple-uc's receive credits
  *   udp_wire.c   the wire's operations (wire.h)
+ *   udp_srq.c    shared receive queues: the receives several QPs take from
  *
  * Packets are RoCEv2's: UDP destination port 4791 (cfg->udp_port), then
  * BTH, the opcode's extension headers (RETH, AETH, DETH, ImmDt, AtomicETH),
@@ -239,6 +240,20 @@ struct udp_read_job {           /* responder: a READ being answered */
     uint64_t va;
 };
 
+/* A shared receive queue: a ring of posted receives, taken oldest first
+ * by whichever of its QPs a message arrives at (udp_srq.c). */
+struct soft_wire_srq {
+    struct soft_wire *w;
+    struct soft_wire_srq *next; /* the wire's */
+    void *cookie;
+    uint32_t cap, srqn;
+    struct udp_rwqe *rq;
+    uint64_t prod;              /* posted so far (one past the newest index) */
+    uint64_t taken;             /* claimed by a QP so far (the next to claim) */
+    uint32_t limit;             /* armed limit; 0: disarmed */
+    bool limit_hit;             /* crossed: an event at the next progress */
+};
+
 struct soft_wire_qp {
     struct soft_wire *w;
     struct soft_wire_qp *next;  /* the wire's */
@@ -280,6 +295,9 @@ struct soft_wire_qp {
     uint8_t ack_syndrome;
     uint32_t ack_psn;
     uint64_t rq_next;           /* the receive the next SEND takes */
+    struct soft_wire_srq *srq;  /* receives come from it (NULL: rq) */
+    bool srq_held;              /* an SRQ receive is this QP's (a message in it) */
+    uint64_t srq_idx;           /* which */
     bool in_msg;                /* a SEND/WRITE message is being received */
     bool recv_bad;              /* its receive failed: drop the rest */
     uint64_t recv_off;          /* bytes of the message placed */
@@ -301,6 +319,10 @@ struct soft_wire {
     struct udp_ep *ep;
     struct soft_wire *ep_next;
     struct soft_wire_qp *qps;
+    struct soft_wire_srq *srqs;
+    uint32_t srq_gen;           /* SRQ numbers given so far */
+    int evfd;                   /* the event fd (wire.h's event_fd): an eventfd */
+    _Atomic bool ev_armed;      /* written once when an event comes while armed */
     struct udp_mr *mrs[SOFT_MAX_MR + 1]; /* by key >> 8 */
     uint32_t mr_gen;
     uint64_t rate_next_ns;      /* faults' rate cap: when the next packet may leave */
@@ -357,6 +379,25 @@ void udp_resp_transmit(struct soft_wire_qp *q);
 uint64_t udp_resp_deadline(const struct soft_wire_qp *q);
 void udp_resp_reset(struct soft_wire_qp *q);
 
+/* udp_srq.c: the responder's receives, from the QP's queue or its SRQ */
+bool udp_recv_ready(const struct soft_wire_qp *q);
+/* The receive the message being received goes to (an SRQ's is claimed
+ * now); NULL if none is posted. */
+struct udp_rwqe *udp_recv_cur(struct soft_wire_qp *q);
+/* Finish that receive with its result (the CQ is woken). */
+void udp_recv_end(struct soft_wire_qp *q, const struct soft_result *res);
+/* A QP that stops (ERR, RESET, destroyed) gives back or flushes the SRQ
+ * receive it held. */
+void udp_srq_release(struct soft_wire_qp *q, bool destroyed);
+int udp_srq_events(struct soft_wire *w, struct soft_wire_event *ev, int max);
+/* wire.h's srq_* operations */
+int udp_srq_create(struct soft_wire *w, const struct soft_wire_srq_init *init,
+                   struct soft_wire_srq **out, uint32_t *srqn, char *why, size_t len);
+void udp_srq_destroy(struct soft_wire_srq *s);
+void udp_srq_post(struct soft_wire_srq *s, uint64_t index, const struct soft_wire_recv *r);
+void udp_srq_arm(struct soft_wire_srq *s, uint32_t limit);
+int udp_srq_done(struct soft_wire_srq *s, uint64_t index, struct soft_result *r);
+
 /* udp_wire.c */
 /* Finish a send: its result (status, verr); fail = the QP goes to ERR. */
 void udp_send_finish(struct soft_wire_qp *q, uint64_t index, uint8_t status, uint32_t verr);
@@ -369,6 +410,9 @@ const struct udp_mr *udp_mr_find(struct soft_wire *w, uint32_t key, uint64_t va,
  * from / to buf: 0, or -1 when an entry is not ours or out of its region. */
 int udp_sge_copy(struct soft_wire *w, const struct ibv_sge *sge, uint32_t n, uint64_t off,
                  void *buf, uint64_t len, bool to_sge);
+/* An event for the objects (a QP to ERR, an SRQ's limit): wake the event
+ * fd if armed (and disarm), whichever thread found it. */
+void udp_event_signal(struct soft_wire *w);
 /* A result for this CQ's queues: wake it if armed (and disarm). */
 void udp_cq_signal(struct soft_wire_cq *c);
 extern int udp_debug;           /* TBRT_UDP_DEBUG: 1 timeouts, 2 QP states every 20 ms */

@@ -70,22 +70,23 @@ static void nak_fatal(struct soft_wire_qp *q, uint32_t psn, uint8_t syndrome)
     udp_qp_fail(q);
 }
 
-static void recv_finish(struct soft_wire_qp *q, uint64_t idx, uint8_t status, uint32_t verr,
+/* Finish the receive the message goes to (udp_srq.c: the QP's own or its
+ * SRQ's, claimed now if not yet). */
+static void recv_finish(struct soft_wire_qp *q, uint8_t status, uint32_t verr,
                         uint32_t byte_len, uint8_t opcode, uint16_t flags, uint32_t imm,
                         uint32_t src_qp)
 {
-    struct udp_rwqe *r = &q->rq[idx % q->rq_cap];
-    r->res = (struct soft_result){.stamp = soft_stamp(), .status = status, .vendor_err = verr,
-                                  .byte_len = byte_len, .opcode = opcode, .wc_flags = flags,
-                                  .imm = imm, .src_qp = src_qp};
-    r->done = true;
-    q->wake = true;
-    udp_cq_signal(q->recv_cq);
+    if (!udp_recv_cur(q))
+        return;
+    struct soft_result res = {.stamp = soft_stamp(), .status = status, .vendor_err = verr,
+                              .byte_len = byte_len, .opcode = opcode, .wc_flags = flags,
+                              .imm = imm, .src_qp = src_qp};
+    udp_recv_end(q, &res);
 }
 
 /* What an RC / UC request does; false when an RNR NAK is due (nothing
  * consumed). */
-static bool has_receive(const struct soft_wire_qp *q) { return q->rq_next < q->rq_prod; }
+static bool has_receive(const struct soft_wire_qp *q) { return udp_recv_ready(q); }
 
 /* A SEND packet of the message being received. */
 static void send_pkt(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f, bool rc)
@@ -97,13 +98,18 @@ static void send_pkt(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f
     } else if (!q->in_msg) {
         return;                 /* the rest of a message given up */
     }
-    struct udp_rwqe *r = &q->rq[q->rq_next % q->rq_cap];
+    /* (a receive that failed is finished: the rest of its message takes none) */
+    struct udp_rwqe *r = q->recv_bad ? NULL : udp_recv_cur(q);
+    if (!r && !q->recv_bad) {
+        q->in_msg = false;      /* checked at the first packet: cannot happen */
+        return;
+    }
     if (!q->recv_bad) {
         if (q->recv_off + p->paylen > r->total) {
             /* TN3205's rule first, as the shm wire: more frames than the receive */
             bool frames = q->w->cfg.frames_must_match &&
                           soft_frames(q->recv_off + p->paylen) != soft_frames(r->total);
-            recv_finish(q, q->rq_next++, IBV_WC_LOC_LEN_ERR,
+            recv_finish(q, IBV_WC_LOC_LEN_ERR,
                         frames ? SOFT_VERR_FRAMES : SOFT_VERR_RECV_SHORT, 0, IBV_WC_RECV, 0, 0,
                         q->a.dest_qpn);
             q->recv_bad = true;
@@ -111,7 +117,7 @@ static void send_pkt(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f
                 nak_fatal(q, p->psn, UDP_AETH_NAK_INV);
         } else if (p->paylen && udp_sge_copy(q->w, r->sge, r->num_sge, q->recv_off,
                                               (void *)p->payload, p->paylen, true)) {
-            recv_finish(q, q->rq_next++, IBV_WC_LOC_PROT_ERR, SOFT_VERR_LKEY, 0, IBV_WC_RECV, 0,
+            recv_finish(q, IBV_WC_LOC_PROT_ERR, SOFT_VERR_LKEY, 0, IBV_WC_RECV, 0,
                         0, q->a.dest_qpn);
             q->recv_bad = true;
             if (rc)
@@ -127,12 +133,12 @@ static void send_pkt(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f
         return;
     if (q->w->cfg.frames_must_match && soft_frames(r->total) != soft_frames(q->recv_off)) {
         /* TN3205: a SEND and its RECV must cover the same frames */
-        recv_finish(q, q->rq_next++, IBV_WC_LOC_LEN_ERR, SOFT_VERR_FRAMES, 0, IBV_WC_RECV, 0, 0,
+        recv_finish(q, IBV_WC_LOC_LEN_ERR, SOFT_VERR_FRAMES, 0, IBV_WC_RECV, 0, 0,
                     q->a.dest_qpn);
         return;
     }
     bool imm = f & UDP_F_IMM;
-    recv_finish(q, q->rq_next++, IBV_WC_SUCCESS, 0, (uint32_t)q->recv_off, IBV_WC_RECV,
+    recv_finish(q, IBV_WC_SUCCESS, 0, (uint32_t)q->recv_off, IBV_WC_RECV,
                 imm ? IBV_WC_WITH_IMM : 0, imm ? p->imm : 0, q->a.dest_qpn);
 }
 
@@ -177,7 +183,7 @@ static void write_pkt(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned 
     q->in_msg = false;
     q->msn++;
     if (f & UDP_F_IMM)
-        recv_finish(q, q->rq_next++, IBV_WC_SUCCESS, 0, q->wr_total, IBV_WC_RECV_RDMA_WITH_IMM,
+        recv_finish(q, IBV_WC_SUCCESS, 0, q->wr_total, IBV_WC_RECV_RDMA_WITH_IMM,
                     IBV_WC_WITH_IMM, p->imm, q->a.dest_qpn);
 }
 
@@ -328,11 +334,10 @@ static void ud_recv(struct soft_wire_qp *q, const struct udp_pkt *p, const struc
     }
     if (!has_receive(q))
         return;                 /* dropped */
-    uint64_t idx = q->rq_next++;
-    struct udp_rwqe *r = &q->rq[idx % q->rq_cap];
+    struct udp_rwqe *r = udp_recv_cur(q);
     enum { GRH = 40 };
     if (r->total < GRH + (uint64_t)p->paylen) {
-        recv_finish(q, idx, IBV_WC_LOC_LEN_ERR, SOFT_VERR_RECV_SHORT, 0, IBV_WC_RECV, 0, 0,
+        recv_finish(q, IBV_WC_LOC_LEN_ERR, SOFT_VERR_RECV_SHORT, 0, IBV_WC_RECV, 0, 0,
                     p->sqpn);
         return;
     }
@@ -345,11 +350,11 @@ static void ud_recv(struct soft_wire_qp *q, const struct udp_pkt *p, const struc
     if (udp_sge_copy(q->w, r->sge, r->num_sge, 0, grh, GRH, true) ||
         (p->paylen && udp_sge_copy(q->w, r->sge, r->num_sge, GRH, (void *)p->payload,
                                    p->paylen, true))) {
-        recv_finish(q, idx, IBV_WC_LOC_PROT_ERR, SOFT_VERR_LKEY, 0, IBV_WC_RECV, 0, 0, p->sqpn);
+        recv_finish(q, IBV_WC_LOC_PROT_ERR, SOFT_VERR_LKEY, 0, IBV_WC_RECV, 0, 0, p->sqpn);
         return;
     }
     bool imm = udp_op_flags(p->opcode) & UDP_F_IMM;
-    recv_finish(q, idx, IBV_WC_SUCCESS, 0, GRH + p->paylen, IBV_WC_RECV,
+    recv_finish(q, IBV_WC_SUCCESS, 0, GRH + p->paylen, IBV_WC_RECV,
                 (uint16_t)(IBV_WC_GRH | (imm ? IBV_WC_WITH_IMM : 0)), imm ? p->imm : 0, p->sqpn);
 }
 

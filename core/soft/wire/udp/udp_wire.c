@@ -8,7 +8,10 @@
  * responder (udp_resp.c) when packets for them arrive. A completion queue's
  * fd is an eventfd written when a result lands for it while it is armed;
  * while its owner sleeps the endpoint's helper thread takes the wire's
- * turns (packets, timers, sends), so the result comes without the owner. */
+ * turns (packets, timers, sends), so the result comes without the owner.
+ * The event fd is the same for what progress reports (a peer broke a QP,
+ * an SRQ's limit was crossed), so an owner asleep in ibv_get_async_event
+ * wakes for them too. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -33,11 +36,23 @@ void udp_cq_signal(struct soft_wire_cq *c)
     (void)r;
 }
 
+void udp_event_signal(struct soft_wire *w)
+{
+    if (!atomic_load_explicit(&w->ev_armed, memory_order_relaxed) ||
+        !atomic_exchange(&w->ev_armed, false))
+        return;
+    uint64_t one = 1;
+    ssize_t r = write(w->evfd, &one, sizeof one);
+    (void)r;
+}
+
 /* ---- the wire ------------------------------------------------------------------ */
 
 static void udp_close(struct soft_wire *w)
 {
     udp_ep_detach(w);
+    if (w->evfd >= 0)
+        close(w->evfd);
     for (int i = 0; i <= SOFT_MAX_MR; i++)
         free(w->mrs[i]);
     free(w);
@@ -52,6 +67,12 @@ static int udp_open(const struct soft_wire_cfg *cfg, struct soft_wire **out, cha
     if (udp_debug < 0)
         udp_debug = (int)env_long("TBRT_UDP_DEBUG", 0);
     w->cfg = *cfg;
+    w->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (w->evfd < 0) {
+        int e = errno;
+        free(w);
+        return err_set(why, len, e, "UDP wire: event fd: %s", strerror(e));
+    }
     str_copy(w->fabric, sizeof w->fabric, cfg->fabric);
     w->cfg.fabric = w->fabric;
     str_copy(w->netdev, sizeof w->netdev, cfg->netdev ? cfg->netdev : "");
@@ -263,6 +284,7 @@ int udp_qp_create_qpn(struct soft_wire *w, const struct soft_wire_qp_init *init,
     q->sq_cap = init->sq_cap;
     q->recv_cq = init->recv_cq;
     q->send_cq = init->send_cq;
+    q->srq = init->srq;
     q->a.state = IBV_QPS_RESET;
     q->credit_flow = w->cfg.credit_flow && init->qp_type != IBV_QPT_UD;
     udp_req_reset(q);
@@ -294,6 +316,7 @@ static void udp_qp_destroy(struct soft_wire_qp *q)
 {
     struct soft_wire *w = q->w;
     udp_ep_lock(w->ep);
+    udp_srq_release(q, true);
     udp_ep_qp_del(w->ep, q);
     for (struct soft_wire_qp **pp = &w->qps; *pp; pp = &(*pp)->next)
         if (*pp == q) {
@@ -314,6 +337,8 @@ void udp_qp_fail(struct soft_wire_qp *q)
     q->stopped = true;
     q->event = true;
     q->wake = true;
+    udp_event_signal(q->w);
+    udp_srq_release(q, false);
     /* the owner must look: its flushes and the event come from its turn */
     udp_cq_signal(q->send_cq);
     udp_cq_signal(q->recv_cq);
@@ -382,7 +407,9 @@ static void udp_qp_modify(struct soft_wire_qp *q, const struct soft_wire_qp_attr
     q->path.dport = port;
     if (a->state == IBV_QPS_ERR) {
         q->stopped = true;
+        udp_srq_release(q, false);
     } else if (a->state == IBV_QPS_RESET) {
+        udp_srq_release(q, false);
         q->sq_reaped = q->sq_tail;
         q->rq_reaped = q->rq_prod;
         q->stopped = q->event = false;
@@ -585,8 +612,33 @@ static int udp_progress(struct soft_wire *w, struct soft_wire_event *ev, int max
                                                .cause = q->cause};
         }
     }
+    n += udp_srq_events(w, ev + n, max - n);
     udp_ep_unlock(w->ep);
     return n;
+}
+
+static int udp_event_fd(struct soft_wire *w) { return w->evfd; }
+
+static void udp_event_arm(struct soft_wire *w)
+{
+    udp_ep_lock(w->ep);
+    atomic_store(&w->ev_armed, true);
+    /* an event already waiting for progress: at once */
+    bool due = false;
+    for (struct soft_wire_qp *q = w->qps; q && !due; q = q->next)
+        due = q->event;
+    for (struct soft_wire_srq *s = w->srqs; s && !due; s = s->next)
+        due = s->limit_hit;
+    if (due)
+        udp_event_signal(w);
+    udp_ep_unlock(w->ep);
+}
+
+static void udp_event_ack(struct soft_wire *w)
+{
+    uint64_t v;
+    ssize_t r = read(w->evfd, &v, sizeof v);
+    (void)r;
 }
 
 static void udp_stats(struct soft_wire *w, uint32_t qpn, struct soft_wire_stats *s)
@@ -612,12 +664,20 @@ const struct soft_wire_ops soft_wire_udp = {
     .cq_arm = udp_cq_arm,
     .cq_ack = udp_cq_ack,
     .cq_wake = udp_cq_wake,
+    .srq_create = udp_srq_create,
+    .srq_destroy = udp_srq_destroy,
+    .srq_post = udp_srq_post,
+    .srq_arm = udp_srq_arm,
+    .srq_done = udp_srq_done,
     .qp_create = udp_qp_create,
     .qp_destroy = udp_qp_destroy,
     .qp_modify = udp_qp_modify,
     .post_recv = udp_post_recv,
     .post_send = udp_post_send,
     .progress = udp_progress,
+    .event_fd = udp_event_fd,
+    .event_arm = udp_event_arm,
+    .event_ack = udp_event_ack,
     .recv_done = udp_recv_done,
     .send_done = udp_send_done,
     .stats = udp_stats,
