@@ -1,8 +1,8 @@
 -- matrix_faults_spec.lua - a faults axis: 0%, 0.1% and 1% drop on RC over
 -- the soft device's UDP wire between two namespaces. Every byte must still
 -- be right (perf checks each message) and retransmits must rise with the
--- drop rate. Needs the UDP wire and fault injection: until tbrt has them,
--- it skips saying which is missing (probed, not assumed).
+-- drop rate. Needs the UDP wire and fault injection (probed, not assumed:
+-- it skips saying which is missing).
 local H = require("helpers")
 local E = require("matrix_env")
 local support = require("tbrt.matrix.support")
@@ -47,7 +47,11 @@ describe("tbrt matrix with a faults axis", function()
       by[m.params.size][m.params.faults.drop] = n + (s or 0)
     end
     for size, t in pairs(by) do
-      assert.equal(0, t[0], size .. " B: retransmits without drops")
+      -- UDP itself may lose a packet (a full socket buffer on a loaded
+      -- machine), and a preempted peer may let a timer fire: without drops
+      -- there are few, never as many as at 1%
+      assert.is_true(t[0] < t[0.01], size .. " B: as many retransmits without drops (" ..
+        t[0] .. ") as at 1% (" .. t[0.01] .. ")")
       assert.is_true(t[0.01] > 0, size .. " B: no retransmits at 1% drop")
       assert.is_true(t[0.01] >= t[0.001], size .. " B: fewer retransmits at 1% than at 0.1%")
     end

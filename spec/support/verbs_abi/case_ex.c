@@ -286,7 +286,10 @@ static void atomics_iova(void)
           (unsigned long long)orig[1], (unsigned long long)*counter);
     CHECK(!memcmp(p.buf[1] + 32768 + 1024, "at iova", 7), "ex.rdma_write_iova", "%.7s",
           (char *)p.buf[1] + 32768 + 1024);
-    CHECK(ns == 3 && s[0].ts + 1000000 >= before && s[2].ts <= after + 1000000,
+    /* within half the sleep of the work: a loaded machine may let the
+     * device's own thread finish it a little after the post returned, but
+     * a stamp of the poll is 50 ms late */
+    CHECK(ns == 3 && s[0].ts + 1000000 >= before && s[2].ts <= after + 25000000,
           "ex.timestamps_of_the_work", "stamps %llu..%llu, work %llu..%llu (polled 50 ms later)",
           ns ? (unsigned long long)s[0].ts : 0ull, ns == 3 ? (unsigned long long)s[2].ts : 0ull,
           (unsigned long long)before, (unsigned long long)after);
