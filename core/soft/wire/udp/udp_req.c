@@ -279,7 +279,9 @@ void udp_req_transmit(struct soft_wire_qp *q)
         struct udp_pkt p = {.opcode = opcode_of(q, w, first, last), .dqpn = q->a.dest_qpn,
                             .psn = psn, .imm = w->imm,
                             .se = last && (w->send_flags & IBV_SEND_SOLICITED)};
-        if (rc && (last || ++q->since_ackreq >= UDP_ACK_EVERY)) {
+        /* the probe after an RNR NAK asks too: the window stays shut until
+         * its ACK, and without one only the retransmit timer would open it */
+        if (rc && (last || q->rnr_probe || ++q->since_ackreq >= UDP_ACK_EVERY)) {
             p.ackreq = true;
             q->since_ackreq = 0;
         }

@@ -286,6 +286,10 @@ static void rc_recv(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f)
                       ((f & UDP_F_WRITE) && (f & UDP_F_IMM));
     if (needs_recv && !has_receive(q)) {
         send_aeth(q, p->psn, (uint8_t)(UDP_AETH_RNR | (q->a.min_rnr_timer & 31)));
+        /* the packets behind it are dropped silently: the RNR NAK already
+         * names the PSN to go back to (a NAK sequence error as well would
+         * send the requester back a second time) */
+        q->nak_sent = true;
         return;
     }
     if (f & UDP_F_SEND)
