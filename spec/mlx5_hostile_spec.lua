@@ -180,17 +180,34 @@ describe("a link over the mlx5 model whose close fails to destroy", function()
     end)
   ]]
 
+  -- The leak reports that name code of ours (a frame in core/, bindings/,
+  -- lua/, libtbrt or the tbrt program). A report of the sanitizer runtime's
+  -- own per-thread allocation (every frame its own or unknown, under
+  -- start_thread: the soft device's alarm thread lives until exit) is not.
+  local function our_leaks(stderr)
+    local ours = {}
+    for block in (stderr .. "\n\n"):gmatch("(%a+ leak of .-)\n%s*\n") do
+      if block:find("/core/", 1, true) or block:find("/bindings/", 1, true) or
+         block:find("/lua/", 1, true) or block:find("libtbrt", 1, true) or
+         block:find("/tbrt+0x", 1, true) or block:find("/tbrt)", 1, true) then
+        ours[#ours + 1] = block
+      end
+    end
+    return ours
+  end
+
   it("says so, releases the rings after the device, and leaks nothing", function()
     local asan = os.getenv("TBRT_ASAN") ~= nil
     local r = H.run_tbrt({ "-e", SCRIPT }, { timeout = 60,
       env = asan and { ASAN_OPTIONS = "detect_leaks=1:abort_on_error=0",
-                     LSAN_OPTIONS = "suppressions=" .. H.root .. "/spec/support/lsan.supp" } or nil })
+                       LSAN_OPTIONS = "exitcode=0" } or nil })
     assert.equal(0, r.code, H.describe(r))
     assert.matches("close:\tnil\tETIMEDOUT: link %d+: close: mlx5:model0 %(model%): destroy_qp: " ..
       "mlx5 DESTROY_QP: no completion within 50 ms\n", r.stdout)
     -- the CQ is still the undead QP's: its destroy fails too, and the device takes both
     assert.matches("teardown:\tqp%(failed%),mr,mr,cq%(failed%),pd,dev,buf,buf\n", r.stdout)
     assert.matches("done\n", r.stdout)
-    assert.is_nil(r.stderr:find("LeakSanitizer", 1, true), r.stderr)
+    assert.same({}, our_leaks(r.stderr), r.stderr)
   end)
+
 end)
