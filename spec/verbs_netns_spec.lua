@@ -40,20 +40,9 @@ local function skip_why()
   return N.skip()
 end
 
-local function contains(haystack, needle, what)
-  assert(haystack:find(needle, 1, true), string.format("%s: %q not found in\n%s", what or "output",
-    needle, haystack))
-end
+local contains = X.contains
 
-local function ok_pair(srv, cli)
-  local d = P.describe(srv, cli)
-  assert(srv and cli, d)
-  assert.is_false(srv.timed_out, d)
-  assert.is_false(cli.timed_out, d)
-  assert.equal(0, srv.code, d)
-  assert.equal(0, cli.code, d)
-  return d
-end
+local ok_pair = X.ok_pair
 
 -- "  local address:  LID 0x0000, QPN 0xcf0bc1, PSN ..., GID ::ffff:a.b.c.d"
 local function pingpong_ends(out)

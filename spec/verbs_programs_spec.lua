@@ -20,20 +20,9 @@ for _, p in ipairs(PROGRAMS) do
   if not X.have(p) then missing[#missing + 1] = p end
 end
 
-local function contains(haystack, needle, what)
-  assert(haystack:find(needle, 1, true), string.format("%s: %q not found in\n%s", what or "output",
-    needle, haystack))
-end
+local contains = X.contains
 
-local function ok_pair(srv, cli)
-  local d = X.describe(srv, cli)
-  assert(srv and cli, d)
-  assert.is_false(srv.timed_out, d)
-  assert.is_false(cli.timed_out, d)
-  assert.equal(0, srv.code, d)
-  assert.equal(0, cli.code, d)
-  return d
-end
+local ok_pair = X.ok_pair
 
 -- "  local address:  LID 0x0000, QPN 0xcf0bc1, ..." -> "0xcf0bc1", and the remote
 local function pingpong_qpns(out)

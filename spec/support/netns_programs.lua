@@ -15,31 +15,12 @@ local task = require("tbrt.task")
 local cjson = require("cjson")
 local H = require("helpers")
 local N = require("netns")
+local X = require("programs")
 
 local P = {}
 
 P.TIMEOUT = 30          -- one program
 P.LISTEN_TIMEOUT = 15   -- a server getting to listen
-
--- Does process pid (in its namespace) listen on this TCP port?
-function P.listening(pid, port)
-  local hex = string.format(":%04X ", port)
-  for _, file in ipairs { "/proc/" .. pid .. "/net/tcp", "/proc/" .. pid .. "/net/tcp6" } do
-    local f = io.open(file)
-    if f then
-      for line in f:lines() do
-        -- sl local_address rem_address st: st 0A is LISTEN
-        local loc, st = line:match("^%s*%d+:%s+(%S+)%s+%S+%s+(%x%x)")
-        if loc and st == "0A" and (loc .. " "):find(hex, 1, true) then
-          f:close()
-          return true
-        end
-      end
-      f:close()
-    end
-  end
-  return false
-end
 
 local function exec_argv(argv)
   local a = { H.tbrt, "exec", "--wire", "udp", "--" }
@@ -81,10 +62,10 @@ function P.pair(net, argv_of, opts)
   task.run(function()
     local s = N.start_in(net.hosts[1], exec_argv(argv_of(1)), { env = env_of(1) })
     local deadline = H.now() + P.LISTEN_TIMEOUT
-    while s.code == nil and not P.listening(s.pid, opts.port) and H.now() < deadline do
+    while s.code == nil and not X.listening(opts.port, s.pid) and H.now() < deadline do
       task.sleep(0.02)
     end
-    if s.code == nil and P.listening(s.pid, opts.port) then
+    if s.code == nil and X.listening(opts.port, s.pid) then
       cli = N.run_in(net.hosts[2], exec_argv(cli_argv), { timeout = opts.timeout or P.TIMEOUT,
         env = env_of(2) })
     else
@@ -96,8 +77,6 @@ function P.pair(net, argv_of, opts)
   return srv, cli
 end
 
-function P.describe(srv, cli)
-  return "=== server\n" .. H.describe(srv or {}) .. "\n=== client\n" .. H.describe(cli or {})
-end
+P.describe = X.describe
 
 return P

@@ -36,10 +36,12 @@ function X.free_port()
   return port
 end
 
--- Does a socket listen on this TCP port (IPv4 or IPv6)?
-function X.listening(port)
+-- Does a socket listen on this TCP port (IPv4 or IPv6)? With pid: in that
+-- process's network namespace.
+function X.listening(port, pid)
   local hex = string.format(":%04X ", port)
-  for _, file in ipairs { "/proc/net/tcp", "/proc/net/tcp6" } do
+  local net = pid and ("/proc/" .. pid .. "/net/") or "/proc/net/"
+  for _, file in ipairs { net .. "tcp", net .. "tcp6" } do
     local f = io.open(file)
     if f then
       for line in f:lines() do
@@ -125,6 +127,24 @@ end
 -- Both ends' output, for assertion messages.
 function X.describe(srv, cli)
   return "=== server\n" .. H.describe(srv or {}) .. "\n=== client\n" .. H.describe(cli or {})
+end
+
+-- needle is in haystack, or fail showing it.
+function X.contains(haystack, needle, what)
+  assert(haystack:find(needle, 1, true), string.format("%s: %q not found in\n%s", what or "output",
+    needle, haystack))
+end
+
+-- Both ends finished in time with status 0; returns their output.
+function X.ok_pair(srv, cli)
+  local assert = require("luassert")    -- busted's, as the specs' global
+  local d = X.describe(srv, cli)
+  assert(srv and cli, d)
+  assert.is_false(srv.timed_out, d)
+  assert.is_false(cli.timed_out, d)
+  assert.equal(0, srv.code, d)
+  assert.equal(0, cli.code, d)
+  return d
 end
 
 return X
