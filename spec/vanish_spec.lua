@@ -54,6 +54,20 @@ local function net_down()
   sh("ip netns del " .. NS)
 end
 
+-- What a run that died (its pid is gone) left behind: its veth holds the
+-- same addresses and would take this run's packets.
+local function sweep_dead()
+  local p = io.popen("ip -o link show 2>/dev/null")
+  local out = p:read("*a")
+  p:close()
+  for pid in out:gmatch("%d+: tva(%d+)[@:]") do
+    if not io.open("/proc/" .. pid .. "/stat") then
+      sh("ip link del tva" .. pid)
+      sh("ip netns del tbrtv" .. pid)
+    end
+  end
+end
+
 -- The peer in the namespace, connected to us over the veth; returns link, peer.
 local function peer_link(mode, opts)
   local srv = assert(tbrt.listen(A, 0, opts))
@@ -75,6 +89,7 @@ local describe_ns = why_not and pending or describe
 describe_ns("a peer host that vanishes" .. (why_not and (" (" .. why_not .. ")") or ""), function()
   setup(function()
     net_down()                       -- a run of this pid that died half way
+    sweep_dead()                     -- and runs of others
     local ok, err = net_up()
     if not ok then net_down() error(err) end
   end)
