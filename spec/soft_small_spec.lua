@@ -2,7 +2,8 @@
 -- a SEND of up to 32 bytes travels in its receive's result line
 -- (scatter-to-CQE) and is placed by the receive's owner, through its own
 -- keys; links post small frames inline; a waiter learns where its peer is;
--- registering memory leaves its untouched pages unallocated.
+-- registering memory leaves its untouched pages unallocated, and memory
+-- unmapped while registered is never written again.
 local ffi = require("ffi")
 local bit = require("bit")
 local verbs = require("tbrt.verbs")
@@ -189,6 +190,62 @@ describe("soft device, registration over a backing", function()
     assert.equal(99, mem[off], "and going back to private pages")
     ffi.C.munmap(mem, len)
     pd:free(); dev:close()
+  end)
+end)
+
+describe("soft device, how long registered memory is held", function()
+  -- a NIC pins registered pages: an owner that unmaps them and maps new
+  -- memory there gets memory the old region never reaches again
+  it("holds a registered buffer until its region goes, even with no other reference left " ..
+     "(the device's or the region's)", function()
+    local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    local pd = assert(dev:pd())
+    local seen = setmetatable({}, { __mode = "v" })
+    local function reg()
+      local buf = ffi.new("uint8_t[?]", 8192)
+      seen.buf = buf
+      return assert(pd:reg(buf, 8192)).m        -- only the C handle kept
+    end
+    local h = reg()
+    collectgarbage(); collectgarbage()
+    assert.is_not_nil(seen.buf, "the buffer lives while its region is registered")
+    assert.equal(0, core.C.tbrt_mr_dereg(h))    -- through C: Lua still holds it
+    local mr2 = assert(pd:reg(ffi.new("uint8_t[64]"), 64))
+    assert(mr2:dereg())
+    pd:free()
+    dev:close()
+    collectgarbage(); collectgarbage()
+    assert.is_nil(seen.buf, "closing the device let it go")
+  end)
+
+  it("leaves what was mapped over registered memory alone when the region goes, and gives " ..
+     "a registration of it a backing a peer's WRITE reaches", function()
+    local p = V.pair{ personality = "linux-rc", type = "RC" }
+    local len = 64 * 1024
+    local mem = ffi.C.mmap(nil, len, PROT_RW, MAP_PRIVATE_ANON, -1, 0)
+    local old = assert(p.pd:reg(mem, len, verbs.ACCESS_ALL))
+    ffi.fill(mem, len, 0x11)
+    ffi.C.munmap(mem, len)
+    local MAP_FIXED_NOREPLACE = 0x100000
+    local again = ffi.C.mmap(mem, len, PROT_RW, MAP_PRIVATE_ANON + MAP_FIXED_NOREPLACE, -1, 0)
+    assert.equal(ffi.cast("uintptr_t", mem), ffi.cast("uintptr_t", again),
+      "the address came back (nothing else took it meanwhile)")
+    local m = ffi.cast("uint8_t *", again)
+    ffi.fill(m, len, 0x5a)
+    local new = assert(p.pd:reg(m, len, verbs.ACCESS_ALL))
+    for i = 0, 255 do p.abuf[i] = i end
+    assert(p.a:post_send{ mr = p.amr, len = 256, opcode = "RDMA_WRITE", rkey = new.rkey,
+      raddr = new.addr + 4096 })
+    assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1))[1].status)
+    assert.equal(200, m[4096 + 200], "the WRITE reached the memory mapped there now")
+    assert(old:dereg())
+    assert.equal(0x5a, m[0], "the old region's pages were not put back over the new memory")
+    assert.equal(200, m[4096 + 200])
+    assert(new:dereg())
+    assert.equal(0x5a, m[len - 1])
+    assert.equal(200, m[4096 + 200], "and the new region's pages went back private, kept")
+    ffi.C.munmap(m, len)
+    V.close(p)
   end)
 end)
 

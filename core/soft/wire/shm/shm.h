@@ -558,8 +558,13 @@ int shm_pages_kind(uintptr_t s, uintptr_t e, bool (*ours)(uintptr_t, uintptr_t))
  * ours() names: all their pages); 0 or -errno. */
 int shm_pages_copy_in(int fd, uintptr_t base, uintptr_t s, uintptr_t e,
                       bool (*ours)(uintptr_t, uintptr_t));
-/* Put private pages back under [s, e) with fd's data (fd offset 0 = s). */
-void shm_pages_copy_out(int fd, uintptr_t s, uintptr_t e);
+/* Put private pages back under [s, e) with fd's data (fd offset 0 = s),
+ * where fd is still what is mapped there: the bytes that are not (the owner
+ * unmapped the memory while it was registered, and something else may live
+ * there now) are left alone, and counted in the result. */
+size_t shm_pages_copy_out(int fd, uintptr_t s, uintptr_t e);
+/* How many bytes of [s, e) are not mapped from fd (offset 0 = s) any more. */
+size_t shm_pages_foreign(int fd, uintptr_t s, uintptr_t e);
 
 /* One send queue being run (shm_exec.c), and the message being delivered
  * (shm_deliver.c). */

@@ -17,6 +17,14 @@
  * list, under one lock). A forked child would share the swapped pages with
  * its parent; exec is fine.
  *
+ * An owner may unmap registered memory and map something else there. A NIC
+ * would go on writing the pages it pinned, never the new ones: so here a
+ * region's backing is held by pointer, not found by address; a backing no
+ * longer mapped where it was leaves the list when a registration meets it,
+ * and going back to private pages touches only what is still the memfd's
+ * (putting the old contents over a heap that took the address corrupted
+ * it).
+ *
  * An MR's addresses for SGEs and peers are its iova (the address itself
  * unless registered with another): the table entry says where the iova
  * range starts, and both our own lookups (shm_local_mem) and peers'
@@ -42,6 +50,7 @@
 #include <infiniband/verbs.h>
 
 #include "soft/wire/shm/shm.h"
+#include "util/debug.h"
 #include "util/util.h"
 
 struct shm_backing {
@@ -56,7 +65,7 @@ struct shm_mr {
     uint32_t access;
     uint64_t addr, len;
     uint64_t iova;              /* what SGEs and remote addresses call addr */
-    bool shared;                /* holds a reference on the backing of its pages */
+    struct shm_backing *backing; /* a reference on its pages' backing; NULL: local only */
 };
 
 /* The process's backings and its open shm wires (whose MR entries move
@@ -163,9 +172,34 @@ static void backing_put(struct shm_backing *b)
         memmove(&backings[i], &backings[i + 1], (nbackings - i - 1) * sizeof backings[0]);
         nbackings--;
     }
-    shm_pages_copy_out(b->memfd, b->start, b->end);
+    /* only the pages still mapped from the memfd: the owner may have
+     * unmapped registered memory, and what lives there now is not ours */
+    size_t gone = shm_pages_copy_out(b->memfd, b->start, b->end);
+    if (gone && DBG_ON(DBG_EVENT))
+        dbg_line(0, "soft: %zu bytes of registered memory at %p..%p were unmapped while "
+                 "registered: left as they are now", gone, (void *)b->start, (void *)b->end);
     close(b->memfd);
     free(b);
+}
+
+/* Backings over [s, e) whose pages are no longer all mapped from their
+ * memfd (the owner unmapped registered memory and something else was
+ * mapped there) leave the list: the address range is free for a backing of
+ * what lives there now, and the old one lasts, off the list, until its
+ * last region goes (backing_put then leaves the foreign pages alone).
+ * Peers' writes to the old regions land in the old pages, as a NIC's DMA
+ * lands in the pages it pinned. */
+static void retire_stale(uintptr_t s, uintptr_t e)
+{
+    for (size_t i = backing_after(s); i < nbackings && backings[i]->start < e;) {
+        struct shm_backing *b = backings[i];
+        if (!shm_pages_foreign(b->memfd, b->start, b->end)) {
+            i++;
+            continue;
+        }
+        memmove(&backings[i], &backings[i + 1], (nbackings - i - 1) * sizeof backings[0]);
+        nbackings--;
+    }
 }
 
 /* A backing for [addr, addr+len) (a reference taken), or none when the
@@ -175,6 +209,7 @@ static int backing_get(void *addr, size_t len, struct shm_backing **out)
     uintptr_t ps = page_size();
     uintptr_t s = (uintptr_t)addr & ~(ps - 1);
     uintptr_t e = ((uintptr_t)addr + len + ps - 1) & ~(ps - 1);
+    retire_stale(s, e);
     *out = backing_of(s, e);
     if (*out) {
         (*out)->refs++;
@@ -220,9 +255,11 @@ static int backing_get(void *addr, size_t len, struct shm_backing **out)
         for (struct soft_wire *d = wires; d; d = d->next_wire)
             for (int i = 1; i < SHM_MR_MAX; i++) {
                 struct shm_mr *m = d->mrs[i];
-                if (m && m->shared && b->start <= m->addr && m->addr + m->len <= b->end)
+                if (m && m->backing == b) {
+                    m->backing = nb;
                     mr_publish(d, i, m->key, fd, m->access, m->addr, m->len, m->addr - us,
                                m->iova);
+                }
             }
         close(b->memfd);
         free(b);
@@ -260,8 +297,7 @@ void shm_mem_detach(struct soft_wire *w)
         struct shm_mr *m = w->mrs[i];
         if (!m)
             continue;
-        if (m->shared)
-            backing_put(backing_of(m->addr, m->addr + m->len));
+        backing_put(m->backing);
         w->mrs[i] = NULL;
         free(m);
     }
@@ -302,7 +338,7 @@ int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint64_t iova, uint3
         w->mr_gen = 1;
     *m = (struct shm_mr){.key = ((uint32_t)idx << 8) | w->mr_gen, .access = access,
                          .addr = (uintptr_t)addr, .len = len, .iova = iova,
-                         .shared = b != NULL};
+                         .backing = b};
     w->mrs[idx] = m;
     mr_publish(w, idx, m->key, b ? b->memfd : -1, access, m->addr, len,
                b ? m->addr - b->start : 0, iova);
@@ -320,8 +356,7 @@ void shm_mr_dereg(struct soft_wire *w, uint32_t key)
     struct shm_mr *m = w->mrs[idx];
     mr_publish(w, (int)idx, 0, -1, 0, 0, 0, 0, 0);
     w->mrs[idx] = NULL;
-    if (m->shared)
-        backing_put(backing_of(m->addr, m->addr + m->len));
+    backing_put(m->backing);
     pthread_mutex_unlock(&mem_lock);
     free(m);
 }
@@ -349,7 +384,7 @@ int shm_mr_local(struct soft_wire *w, uint32_t lkey, uint64_t addr, uint64_t len
     int rc = shm_local_mem(w, lkey, addr, len, need_access, out);
     /* a receive into memory a peer could not reach fails the same whoever
      * places the message (SOFT_VERR_NOT_SHARED) */
-    if (rc == 0 && (need_access & IBV_ACCESS_LOCAL_WRITE) && !w->mrs[lkey >> 8]->shared)
+    if (rc == 0 && (need_access & IBV_ACCESS_LOCAL_WRITE) && !w->mrs[lkey >> 8]->backing)
         return -EPERM;
     return rc;
 }

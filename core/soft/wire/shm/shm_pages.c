@@ -24,6 +24,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "soft/wire/shm/shm.h"
@@ -52,6 +54,7 @@ struct shm_procmap_query {
 #define SHM_PROCMAP_READABLE 0x01
 #define SHM_PROCMAP_WRITABLE 0x02
 #define SHM_PROCMAP_SHARED 0x08
+#define SHM_PROCMAP_COVERING_OR_NEXT 0x10
 
 /* pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst) */
 #define SHM_PM_PRESENT (1ull << 63)
@@ -70,6 +73,8 @@ static uintptr_t page_size(void)
 struct vma {
     uintptr_t start, end;
     bool anon_rw, writable;
+    bool shared;                /* for copy_out: the file mapped, at which offset */
+    uint64_t inode, offset;
 };
 
 /* The mapping holding addr, asked of the kernel: 1, 0 when addr is in no
@@ -170,11 +175,14 @@ int shm_pages_kind(uintptr_t s, uintptr_t e, bool (*ours)(uintptr_t, uintptr_t))
     return ok && rc != 0 ? c.kind : SHM_PAGES_READONLY;
 }
 
-/* pwrite all of [p, p + n) to fd at off. */
+/* pwrite all of [p, p + n) to fd at off. Whole pages, so they take in the
+ * neighbours of a buffer that shares its first or last page (a heap's): by
+ * the raw system call, which a sanitizer does not take for the buffer's
+ * own overflow. */
 static int put(int fd, uintptr_t p, size_t n, off_t off)
 {
     while (n) {
-        ssize_t w = pwrite(fd, (const void *)p, n, off);
+        ssize_t w = syscall(SYS_pwrite64, fd, (const void *)p, n, off);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
@@ -230,24 +238,28 @@ int shm_pages_copy_in(int fd, uintptr_t base, uintptr_t s, uintptr_t e,
     return rc;
 }
 
-void shm_pages_copy_out(int fd, uintptr_t s, uintptr_t e)
+/* Put private pages under [a, b) holding fd's data from offset a - s. */
+static bool copy_out_part(int fd, uintptr_t s, uintptr_t a, uintptr_t b)
 {
-    size_t len = e - s;
-    void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t len = b - a;
+    off_t base = (off_t)(a - s), end = (off_t)(b - s);
+    char *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (tmp == MAP_FAILED)
-        return;                 /* keep the shared pages: still correct */
-    off_t at = 0;
+        return false;           /* keep the shared pages: still correct */
+    off_t at = base;
     bool ok = true;
-    while (ok && at < (off_t)len) {
-        off_t d = lseek(fd, at, SEEK_DATA), h = (off_t)len;
+    while (ok && at < end) {
+        off_t d = lseek(fd, at, SEEK_DATA), h = end;
         if (d < 0 && errno == ENXIO)
             break;              /* no data past at */
         if (d < 0)
             d = at;             /* no SEEK_DATA here: all of it */
-        else if ((h = lseek(fd, d, SEEK_HOLE)) < 0 || h > (off_t)len)
-            h = (off_t)len;
+        else if (d >= end)
+            break;
+        else if ((h = lseek(fd, d, SEEK_HOLE)) < 0 || h > end)
+            h = end;
         for (off_t o = d; ok && o < h;) {
-            ssize_t r = pread(fd, (char *)tmp + o, (size_t)(h - o), o);
+            ssize_t r = pread(fd, tmp + (o - base), (size_t)(h - o), o);
             if (r < 0 && errno == EINTR)
                 continue;
             ok = r > 0;
@@ -256,6 +268,110 @@ void shm_pages_copy_out(int fd, uintptr_t s, uintptr_t e)
         at = h;
     }
     /* the private pages take the place of the shared ones in one step */
-    if (!ok || mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)s) == MAP_FAILED)
+    if (!ok || mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a) == MAP_FAILED) {
         munmap(tmp, len);       /* keep the shared pages: still correct */
+        return false;
+    }
+    return true;
+}
+
+struct copy_out {
+    int fd;
+    uintptr_t s, e;
+    uint64_t ino;
+    bool move;                  /* false: only count */
+    size_t gone;                /* bytes no longer mapped from fd */
+};
+
+/* One mapping over the backing: ours (fd, at the offset it was mapped at)
+ * gets its private pages back; anything else was put there after the
+ * owner unmapped the registered memory, and is left exactly as it is. */
+static bool copy_out_vma(const struct vma *v, void *arg)
+{
+    struct copy_out *c = arg;
+    uintptr_t a = TBRT_MAX(v->start, c->s), b = TBRT_MIN(v->end, c->e);
+    if (v->shared && v->inode == c->ino && v->offset + (a - v->start) == a - c->s) {
+        if (c->move)
+            copy_out_part(c->fd, c->s, a, b);
+    } else
+        c->gone += b - a;
+    return true;
+}
+
+/* The same from the text of /proc/self/maps (kernels before 6.11). */
+static void copy_out_text(FILE *f, struct copy_out *c)
+{
+    char line[512];
+    size_t mapped = 0;
+    while (fgets(line, sizeof line, f)) {
+        uintptr_t a, b;
+        char perms[8] = "";
+        unsigned long long off;
+        unsigned dmaj, dmin;
+        unsigned long ino;
+        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s %llx %x:%x %lu", &a, &b, perms, &off,
+                   &dmaj, &dmin, &ino) < 7 || b <= c->s || a >= c->e)
+            continue;
+        struct vma v = {.start = a, .end = b, .shared = perms[3] == 's', .inode = ino,
+                        .offset = off};
+        mapped += TBRT_MIN(b, c->e) - TBRT_MAX(a, c->s);
+        copy_out_vma(&v, c);
+    }
+    c->gone += (c->e - c->s) - mapped;
+}
+
+/* Each mapping over [s, e) through copy_out_vma; the bytes not mapped from
+ * fd at their offset. */
+static size_t over_mappings(int fd, uintptr_t s, uintptr_t e, bool move)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return 0;               /* keep the shared pages: still correct */
+    struct copy_out c = {.fd = fd, .s = s, .e = e, .ino = (uint64_t)st.st_ino, .move = move};
+    int mfd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (mfd < 0)
+        return 0;
+    for (uintptr_t p = s; p < e;) {
+        /* the mapping holding p, or else the next one */
+        struct shm_procmap_query q = {.size = sizeof q, .query_addr = p,
+                                      .query_flags = SHM_PROCMAP_COVERING_OR_NEXT};
+        if (ioctl(mfd, SHM_PROCMAP_QUERY, &q) != 0) {
+            if (errno != ENOENT) {      /* no PROCMAP_QUERY: the text, all of it */
+                FILE *f = fdopen(mfd, "r");
+                if (!f)
+                    break;
+                c.gone = 0;
+                copy_out_text(f, &c);
+                fclose(f);
+                return c.gone;
+            }
+            c.gone += e - p;            /* nothing mapped from p on */
+            break;
+        }
+        if (q.vma_start >= e) {
+            c.gone += e - p;
+            break;
+        }
+        if (q.vma_start > p)
+            c.gone += (uintptr_t)q.vma_start - p;
+        struct vma v = {.start = TBRT_MAX((uintptr_t)q.vma_start, p),
+                        .end = (uintptr_t)q.vma_end,
+                        .shared = (q.vma_flags & SHM_PROCMAP_SHARED) != 0, .inode = q.inode,
+                        .offset = q.vma_offset + (TBRT_MAX((uintptr_t)q.vma_start, p) -
+                                                  (uintptr_t)q.vma_start)};
+        copy_out_vma(&v, &c);
+        p = (uintptr_t)q.vma_end;
+    }
+    close(mfd);
+    return c.gone;
+}
+
+size_t shm_pages_copy_out(int fd, uintptr_t s, uintptr_t e)
+{
+    return over_mappings(fd, s, e, true);
+}
+
+size_t shm_pages_foreign(int fd, uintptr_t s, uintptr_t e)
+{
+    return over_mappings(fd, s, e, false);
 }
