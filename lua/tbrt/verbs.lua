@@ -71,6 +71,8 @@ M.WC_STATUS, M.PORT_STATE, M.EVENT = WC_STATUS, PORT_STATE, EVENT
 
 ---------------------------------------------------------------------------
 local Dev, PD, CQ, QP, MR, SRQ = {}, {}, {}, {}, {}, {}
+-- registered buffers by device (PD:reg): held until dereg or close
+local held = {}
 Dev.__index, PD.__index, CQ.__index, QP.__index, MR.__index, SRQ.__index = Dev, PD, CQ, QP, MR, SRQ
 M.Dev, M.PD, M.CQ, M.QP, M.MR, M.SRQ = Dev, PD, CQ, QP, MR, SRQ
 
@@ -106,6 +108,7 @@ end
 
 function Dev:close()
   if self.d then C.tbrt_dev_close(self.d) self.d = nil end
+  held[self] = nil              -- closing deregistered them: their buffers may go
 end
 
 function Dev:why() return ffi.string(C.tbrt_dev_why(self.d)) end
@@ -289,20 +292,28 @@ function PD:free()
   return true
 end
 
--- Register memory: a cdata buffer and its length (keep the buffer alive);
--- iova: the address SGEs and remote addresses name it by (default: buf).
+-- Register memory: a cdata buffer and its length; iova: the address SGEs
+-- and remote addresses name it by (default: buf). The device holds the
+-- buffer until the region is deregistered or the device closed, as a NIC
+-- pins registered pages: a peer may write into it until then, and memory
+-- the collector freed and handed out again must never be a target. (Held
+-- from this module, so a device dropped without close keeps them too.)
 function PD:reg(buf, len, access, iova)
   local out = ffi.new("tbrt_mr *[1]")
   local rc = iova and C.tbrt_mr_reg_iova(self.p, buf, len, iova, access or M.ACCESS_ALL, out)
     or C.tbrt_mr_reg(self.p, buf, len, access or M.ACCESS_ALL, out)
   if rc ~= 0 then return fail(self.dev.d, rc) end
-  return setmetatable({ m = out[0], buf = buf, len = len, dev = self.dev,
+  local mr = setmetatable({ m = out[0], buf = buf, len = len, dev = self.dev,
     lkey = out[0].lkey, rkey = out[0].rkey, addr = out[0].iova }, MR)
+  local mine = held[self.dev] or {}
+  held[self.dev], mine[mr] = mine, true
+  return mr
 end
 
 function MR:dereg()
   local rc = C.tbrt_mr_dereg(self.m)
   if rc ~= 0 then return fail(self.dev.d, rc) end
+  if held[self.dev] then held[self.dev][self] = nil end
   return true
 end
 

@@ -134,7 +134,7 @@ kind("device", "a verbs device", has_meta("tbrt.verbs", "Dev"), {
 
 kind("pd", "a protection domain", has_meta("tbrt.verbs", "PD"), {
   { "qp{type=, send_cq=, recv_cq=, send_wr=, recv_wr=, ...}", "create a QP" },
-  { "reg(buf, len [, access])", "register memory (keep buf alive)" },
+  { "reg(buf, len [, access])", "register memory (the device holds buf until dereg or close)" },
   { "free()", "free the PD" },
 })
 
