@@ -57,6 +57,12 @@ static bool is_send(const struct udp_swqe *w)
     return w->opcode == IBV_WR_SEND || w->opcode == IBV_WR_SEND_WITH_IMM;
 }
 
+/* Takes a receive at the peer: what end-to-end credits count. */
+static bool takes_receive(const struct udp_swqe *w)
+{
+    return is_send(w) || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
 static uint64_t rto_ns(const struct soft_wire_qp *q)
 {
     return 4096ull << (q->a.timeout > 31 ? 31 : q->a.timeout);
@@ -75,6 +81,9 @@ void udp_req_reset(struct soft_wire_qp *q)
     q->since_ackreq = 0;
     q->read_gap = false;
     q->peer_posted = q->sent_msgs = 0;
+    q->rsn_next = q->lsn = 0;
+    q->lsn_valid = false;
+    q->credit_wait_ns = 0;
     q->credit_heard_ns = now_ns();  /* a new connection: the peer has its grace */
 }
 
@@ -213,6 +222,52 @@ static void send_ud(struct soft_wire_qp *q, uint64_t idx, struct udp_swqe *w)
     udp_send_finish(q, idx, IBV_WC_SUCCESS, 0);
 }
 
+static bool out_of_credits(const struct soft_wire_qp *q)
+{
+    return q->lsn_valid && (int32_t)(q->rsn_next - q->lsn) >= 0;
+}
+
+/* The credits of an ACK of PSN psn (IBA 9.7.7.2.4): the peer may take
+ * `count` receives beyond those of the messages that began by psn. Only
+ * from the ACK of everything acknowledged so far (an older one counts
+ * messages finished since among those still to come). */
+static void credits_from_ack(struct soft_wire_qp *q, uint32_t psn, uint8_t code)
+{
+    if (code == 31 || ((psn + 1) & UDP_PSN_MASK) != q->una_psn)
+        return;
+    uint32_t base = q->rsn_next;
+    for (uint64_t i = q->una_wqe; i < q->sq_tail; i++) {
+        const struct udp_swqe *w = &q->sq[i % q->sq_cap];
+        if (!w->started)
+            break;
+        if (takes_receive(w) && udp_psn_diff(w->first_psn, psn) > 0) {
+            base = w->rsn;
+            break;
+        }
+    }
+    uint32_t lsn = base + udp_credit_count(code);
+    if (!q->lsn_valid || (int32_t)(lsn - q->lsn) > 0) {
+        q->lsn = lsn;
+        q->lsn_valid = true;
+        q->wake = true;
+    }
+}
+
+bool udp_req_ready(const struct soft_wire_qp *q)
+{
+    if (q->tx_wqe >= q->sq_tail || q->stopped || q->rnr_until)
+        return false;
+    if (q->qp_type == IBV_QPT_RC &&
+        udp_psn_diff(q->tx_psn, q->una_psn) >= (q->rnr_probe ? 1 : UDP_WINDOW))
+        return false;
+    const struct udp_swqe *w = &q->sq[q->tx_wqe % q->sq_cap];
+    if (q->credit_flow && udp_psn_diff(q->sent_msgs, q->peer_posted) >= 0)
+        return false;
+    if (q->qp_type == IBV_QPT_RC && !w->started && takes_receive(w) && out_of_credits(q))
+        return false;           /* the deadline (credit_wait_ns) brings it back */
+    return true;
+}
+
 void udp_req_transmit(struct soft_wire_qp *q)
 {
     if (q->stopped || q->a.state != IBV_QPS_RTS || q->tx_wqe == q->sq_tail)
@@ -248,6 +303,18 @@ void udp_req_transmit(struct soft_wire_qp *q)
             if (q->credit_flow && is_send(w) && udp_psn_diff(q->sent_msgs, q->peer_posted) >= 0 &&
                 now - q->credit_heard_ns < UDP_PEER_SILENT_NS)
                 break;          /* TN3205: wait for a receive at the peer (while there is one) */
+            if (rc && takes_receive(w) && out_of_credits(q)) {
+                /* the peer has no receive for it: wait for the ACK that
+                 * says it has, or (that ACK lost) send it after a while and
+                 * let an RNR NAK answer */
+                if (!q->credit_wait_ns)
+                    q->credit_wait_ns = now + UDP_CREDIT_PROBE_NS;
+                if (now < q->credit_wait_ns)
+                    break;
+            }
+            q->credit_wait_ns = 0;
+            if (rc && takes_receive(w))
+                w->rsn = q->rsn_next++;
             w->first_psn = q->tx_psn;
             w->npkts = npkts_of(w, mtu);
             w->started = true;
@@ -512,6 +579,7 @@ void udp_req_recv(struct soft_wire_qp *q, const struct udp_pkt *p)
     q->st.acks_recv++;
     if (syn < 0x20) {           /* ACK */
         ack_upto(q, psn);
+        credits_from_ack(q, psn, syn & 0x1f);
         q->rnr_retries = q->a.rnr_retry;
         return;
     }
@@ -581,6 +649,8 @@ uint64_t udp_req_deadline(const struct soft_wire_qp *q)
     uint64_t d = q->rto_ns;
     if (q->rnr_until && (!d || q->rnr_until < d))
         d = q->rnr_until;
+    if (q->credit_wait_ns && (!d || q->credit_wait_ns < d))
+        d = q->credit_wait_ns;
     if (q->credit_flow && q->tx_wqe < q->sq_tail) {
         uint64_t silent = q->credit_heard_ns + UDP_PEER_SILENT_NS;
         if (!d || silent < d)
