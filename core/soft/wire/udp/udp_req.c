@@ -84,6 +84,7 @@ void udp_req_reset(struct soft_wire_qp *q)
     q->rsn_next = q->lsn = 0;
     q->lsn_valid = false;
     q->credit_wait_ns = 0;
+    q->tlp_ns = 0;
     q->credit_heard_ns = now_ns();  /* a new connection: the peer has its grace */
 }
 
@@ -268,6 +269,66 @@ bool udp_req_ready(const struct soft_wire_qp *q)
     return true;
 }
 
+/* The packet of send w at byte offset off: built, sent, counted. */
+static void data_pkt(struct soft_wire_qp *q, struct udp_swqe *w, uint64_t off, bool ackreq)
+{
+    uint32_t mtu = udp_mtu_bytes(q->a.mtu);
+    uint32_t n = (uint32_t)TBRT_MIN((uint64_t)mtu, w->total - off);
+    bool first = off == 0, last = off + n >= w->total;
+    uint32_t psn = (w->first_psn + (uint32_t)(off / mtu)) & UDP_PSN_MASK;
+    struct udp_pkt p = {.opcode = opcode_of(q, w, first, last), .dqpn = q->a.dest_qpn,
+                        .psn = psn, .imm = w->imm, .ackreq = ackreq,
+                        .se = last && (w->send_flags & IBV_SEND_SOLICITED)};
+    if (first && !is_send(w)) {
+        p.va = w->raddr;
+        p.rkey = w->rkey;
+        p.dmalen = (uint32_t)w->total;
+    }
+    struct udp_piece pc[SOFT_MAX_SGE];
+    int k = gather(q, w, off, n, pc);
+    uint8_t pad = (uint8_t)((4 - (n & 3)) & 3);
+    uint8_t hdr[UDP_HDR_MAX];
+    uint32_t hl = udp_pkt_headers(&p, pad, hdr);
+    udp_send(q->w, q, &q->path, hdr, hl, pc, k, pad);
+    count_sent(q, psn);
+}
+
+/* The tail loss probe: no ACK this long after the last packet went, that
+ * packet goes once more, asking for one. A lost last packet (or its ACK)
+ * has no later packet to make the responder NAK, and the retransmit timer
+ * (67 ms at timeout 14) would stall the QP: the probe either fills the gap
+ * (an ACK) or shows an earlier one (a NAK sequence error), or is a
+ * duplicate the responder ACKs again. It is no retry: retry_cnt and the
+ * timer are the QP's, as before. At most a quarter of the timer. */
+#define UDP_TLP_NS 1000000ull
+static uint64_t tlp_ns(const struct soft_wire_qp *q)
+{
+    uint64_t t = 4096ull << (q->a.timeout > 31 ? 31 : q->a.timeout);
+    return TBRT_MIN(UDP_TLP_NS, t / 4);
+}
+
+static void tail_probe(struct soft_wire_qp *q)
+{
+    q->tlp_ns = 0;
+    uint32_t psn = (q->tx_psn - 1) & UDP_PSN_MASK;
+    if (q->una_psn == q->tx_psn || q->rnr_until || q->rnr_probe)
+        return;
+    uint32_t mtu = udp_mtu_bytes(q->a.mtu);
+    for (uint64_t i = q->una_wqe; i < q->sq_tail && i <= q->tx_wqe; i++) {
+        struct udp_swqe *w = &q->sq[i % q->sq_cap];
+        if (!w->started)
+            return;
+        int32_t d = udp_psn_diff(psn, w->first_psn);
+        if (d < 0 || d >= (int32_t)w->npkts)
+            continue;
+        if (answered_by_response(w))
+            return;             /* a READ or atomic: its request is no data packet */
+        q->resend_rnr = false;
+        data_pkt(q, w, (uint64_t)d * mtu, true);
+        return;
+    }
+}
+
 void udp_req_transmit(struct soft_wire_qp *q)
 {
     if (q->stopped || q->a.state != IBV_QPS_RTS || q->tx_wqe == q->sq_tail)
@@ -341,29 +402,18 @@ void udp_req_transmit(struct soft_wire_qp *q)
         }
         uint64_t off = q->tx_off;
         uint32_t n = (uint32_t)TBRT_MIN((uint64_t)mtu, w->total - off);
-        bool first = off == 0, last = off + n >= w->total;
+        bool last = off + n >= w->total;
         uint32_t psn = (w->first_psn + (uint32_t)(off / mtu)) & UDP_PSN_MASK;
-        struct udp_pkt p = {.opcode = opcode_of(q, w, first, last), .dqpn = q->a.dest_qpn,
-                            .psn = psn, .imm = w->imm,
-                            .se = last && (w->send_flags & IBV_SEND_SOLICITED)};
         /* the probe after an RNR NAK asks too: the window stays shut until
          * its ACK, and without one only the retransmit timer would open it */
+        bool ackreq = false;
         if (rc && (last || q->rnr_probe || ++q->since_ackreq >= UDP_ACK_EVERY)) {
-            p.ackreq = true;
+            ackreq = true;
             q->since_ackreq = 0;
         }
-        if (first && !is_send(w)) {
-            p.va = w->raddr;
-            p.rkey = w->rkey;
-            p.dmalen = (uint32_t)w->total;
-        }
-        struct udp_piece pc[SOFT_MAX_SGE];
-        int k = gather(q, w, off, n, pc);
-        uint8_t pad = (uint8_t)((4 - (n & 3)) & 3);
-        uint8_t hdr[UDP_HDR_MAX];
-        uint32_t hl = udp_pkt_headers(&p, pad, hdr);
-        udp_send(q->w, q, &q->path, hdr, hl, pc, k, pad);
-        count_sent(q, psn);
+        data_pkt(q, w, off, ackreq);
+        if (rc && q->a.timeout)
+            q->tlp_ns = now + tlp_ns(q);
         q->tx_psn = (psn + 1) & UDP_PSN_MASK;
         q->tx_off = off + n;
         if (last) {
@@ -448,6 +498,7 @@ static void ack_upto(struct soft_wire_qp *q, uint32_t psn)
         q->rnr_probe = false;
         q->retries = q->a.retry_cnt;
         q->rto_ns = q->una_psn != q->tx_psn && q->a.timeout ? q->w->now + rto_ns(q) : 0;
+        q->tlp_ns = q->rto_ns ? q->w->now + tlp_ns(q) : 0;
     }
 }
 
@@ -617,6 +668,8 @@ void udp_req_recv(struct soft_wire_qp *q, const struct udp_pkt *p)
 
 void udp_req_timers(struct soft_wire_qp *q)
 {
+    if (q->tlp_ns && !q->stopped && q->w->now >= q->tlp_ns)
+        tail_probe(q);
     if (!q->rto_ns || q->stopped || q->w->now < q->rto_ns)
         return;
     if (q->una_psn == q->tx_psn) {
@@ -651,6 +704,8 @@ uint64_t udp_req_deadline(const struct soft_wire_qp *q)
         d = q->rnr_until;
     if (q->credit_wait_ns && (!d || q->credit_wait_ns < d))
         d = q->credit_wait_ns;
+    if (q->tlp_ns && (!d || q->tlp_ns < d))
+        d = q->tlp_ns;
     if (q->credit_flow && q->tx_wqe < q->sq_tail) {
         uint64_t silent = q->credit_heard_ns + UDP_PEER_SILENT_NS;
         if (!d || silent < d)
