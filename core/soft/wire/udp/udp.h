@@ -185,6 +185,7 @@ void udp_ep_flush(struct udp_ep *ep);
 #define UDP_READ_JOBS 16        /* READ requests a responder answers at once */
 #define UDP_WINDOW 512          /* RC packets in flight at most */
 #define UDP_ACK_EVERY 64        /* ask for an ACK at least this often */
+#define UDP_NAK_AGAIN_NS 1000000ull /* RC: a NAK sequence error again after this (lost) */
 #define UDP_CREDIT_PROBE_NS 1000000ull /* RC: out of credits this long: send one anyway
                                           (a lost credit update; RNR NAK otherwise) */
 #define UDP_CREDIT_REFRESH_NS 5000000ull /* apple-uc: say the credits again (receives wait) */
@@ -288,6 +289,7 @@ struct soft_wire_qp {
     uint32_t epsn, msn;
     bool nak_sent, ack_due;
     bool in_send;               /* the message being received is a SEND (it holds a receive) */
+    uint64_t nak_ns;            /* when the last NAK went */
     uint64_t adv_limit;         /* RC credits: the receive index our last ACK let the peer reach */
     uint8_t ack_syndrome;
     uint32_t ack_psn;

@@ -280,9 +280,13 @@ static void rc_recv(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f)
     }
     if (d > 0) {
         q->st.out_of_order++;
-        if (!q->nak_sent) {
+        /* one NAK for the gap; again only to a packet that asks for an ACK
+         * a while later (the NAK was lost: the requester goes on sending
+         * and only its retransmit timer would find out) */
+        if (!q->nak_sent || (p->ackreq && q->w->now - q->nak_ns >= UDP_NAK_AGAIN_NS)) {
             send_aeth(q, q->epsn, UDP_AETH_NAK_SEQ);
             q->nak_sent = true;
+            q->nak_ns = q->w->now;
         }
         return;
     }
@@ -304,6 +308,7 @@ static void rc_recv(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f)
                       ((f & UDP_F_WRITE) && (f & UDP_F_IMM));
     if (needs_recv && !has_receive(q)) {
         send_aeth(q, p->psn, (uint8_t)(UDP_AETH_RNR | (q->a.min_rnr_timer & 31)));
+        q->nak_ns = q->w->now;
         /* the packets behind it are dropped silently: the RNR NAK already
          * names the PSN to go back to (a NAK sequence error as well would
          * send the requester back a second time) */
