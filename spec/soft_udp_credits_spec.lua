@@ -1,7 +1,8 @@
 -- soft_udp_credits_spec.lua - RC flow control on the soft device's UDP wire
 -- (loopback, wire = "udp" forced), counted from the wire's counters and a
 -- capture, never timed:
---   - a lost last packet goes again by a tail probe, not the 67 ms timer;
+--   - a lost last packet goes again by a tail probe, not the 67 ms timer,
+--     and a lost NAK is said again to the probe that meets the gap;
 --   - the probe after an RNR NAK asks for an ACK, so the window opens again
 --     when the receive is there, not when the retransmit timer fires;
 --   - every ACK carries the receives the responder has left (IBA 9.7.7.2
@@ -70,6 +71,27 @@ describe("soft UDP wire RC flow control", function()
     assert.is_true(st.drops_injected >= 1)
     assert.equal(0, st.timeouts, "the retransmit timer fired")
     assert.is_true(st.retransmits >= 1, "the probe")
+  end)
+
+  it("says a lost NAK sequence error again when the tail probe meets the gap", function()
+    p = pair{ mtu = 1024, timeout = 14 }    -- 67 ms a try
+    for i = 0, 7 do assert(p.b:post_recv{ mr = p.bmr, len = 4096, offset = i * 4096 }) end
+    -- a's 4th packet is lost (the 3-packet message's MIDDLE), and b's 3rd
+    -- (the NAK sequence error for it, after the ACKs of two messages)
+    assert(p.dev:faults{ { qp = p.a.num, drop_every = 4 }, { qp = p.b.num, drop_every = 3 } })
+    for m = 1, 3 do
+      local n = m < 3 and 100 or 3000
+      fill(p.abuf, 0, n, m)
+      assert(p.a:post_send{ mr = p.amr, len = n })
+      local r = assert(p.cq_b:wait(1, 5))
+      assert.equal("IBV_WC_SUCCESS", r[1].status, r[1].why)
+      assert.is_nil(first_bad(p.bbuf, (m - 1) * 4096, n, m), "message " .. m)
+      assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1, 5))[1].status)
+    end
+    assert(p.dev:faults{})
+    local st = p.dev:stats()
+    assert.is_true(st.naks_sent >= 2, "NAKs sent: " .. st.naks_sent)
+    assert.equal(0, st.timeouts, "the retransmit timer fired")
   end)
 
   it("streams 48 messages through 4 receives with RNR NAKs only before the first credits", function()

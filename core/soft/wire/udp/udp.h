@@ -281,6 +281,7 @@ struct soft_wire_qp {
     bool lsn_valid;             /* an ACK carried credits (else: no limit) */
     uint64_t credit_wait_ns;    /* out of credits since; past UDP_CREDIT_PROBE_NS one goes */
     uint64_t tlp_ns;            /* the tail loss probe's deadline (udp_req.c); 0: none */
+    uint8_t tlp_shift;          /* probes since the last send or ACK: the next one waits 2^this */
     /* apple-uc credits: what the peer posted (its count), our SENDs */
     uint32_t peer_posted, sent_msgs;
     bool credit_flow;

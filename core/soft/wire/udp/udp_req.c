@@ -85,6 +85,7 @@ void udp_req_reset(struct soft_wire_qp *q)
     q->lsn_valid = false;
     q->credit_wait_ns = 0;
     q->tlp_ns = 0;
+    q->tlp_shift = 0;
     q->credit_heard_ns = now_ns();  /* a new connection: the peer has its grace */
 }
 
@@ -298,8 +299,10 @@ static void data_pkt(struct soft_wire_qp *q, struct udp_swqe *w, uint64_t off, b
  * has no later packet to make the responder NAK, and the retransmit timer
  * (67 ms at timeout 14) would stall the QP: the probe either fills the gap
  * (an ACK) or shows an earlier one (a NAK sequence error), or is a
- * duplicate the responder ACKs again. It is no retry: retry_cnt and the
- * timer are the QP's, as before. At most a quarter of the timer. */
+ * duplicate the responder ACKs again. Still no ACK: again, twice as late
+ * each time (1, 2, 4 .. ms) while the timer runs. It is no retry:
+ * retry_cnt and the timer are the QP's, as before. At most a quarter of
+ * the timer. */
 #define UDP_TLP_NS 1000000ull
 static uint64_t tlp_ns(const struct soft_wire_qp *q)
 {
@@ -310,6 +313,11 @@ static uint64_t tlp_ns(const struct soft_wire_qp *q)
 static void tail_probe(struct soft_wire_qp *q)
 {
     q->tlp_ns = 0;
+    if (q->tlp_shift < 16) {
+        uint64_t next = q->w->now + (tlp_ns(q) << ++q->tlp_shift);
+        if (q->rto_ns && next < q->rto_ns)
+            q->tlp_ns = next;
+    }
     uint32_t psn = (q->tx_psn - 1) & UDP_PSN_MASK;
     if (q->una_psn == q->tx_psn || q->rnr_until || q->rnr_probe)
         return;
@@ -412,8 +420,10 @@ void udp_req_transmit(struct soft_wire_qp *q)
             q->since_ackreq = 0;
         }
         data_pkt(q, w, off, ackreq);
-        if (rc && q->a.timeout)
+        if (rc && q->a.timeout) {
             q->tlp_ns = now + tlp_ns(q);
+            q->tlp_shift = 0;
+        }
         q->tx_psn = (psn + 1) & UDP_PSN_MASK;
         q->tx_off = off + n;
         if (last) {
@@ -499,6 +509,7 @@ static void ack_upto(struct soft_wire_qp *q, uint32_t psn)
         q->retries = q->a.retry_cnt;
         q->rto_ns = q->una_psn != q->tx_psn && q->a.timeout ? q->w->now + rto_ns(q) : 0;
         q->tlp_ns = q->rto_ns ? q->w->now + tlp_ns(q) : 0;
+        q->tlp_shift = 0;
     }
 }
 
