@@ -186,7 +186,7 @@ void udp_ep_flush(struct udp_ep *ep);
 #define UDP_WINDOW 512          /* RC packets in flight at most */
 #define UDP_ACK_EVERY 64        /* ask for an ACK at least this often */
 #define UDP_NAK_AGAIN_NS 1000000ull /* RC: a NAK sequence error again after this (lost) */
-#define UDP_CREDIT_PROBE_NS 1000000ull /* RC: out of credits this long: send one anyway
+#define UDP_CREDIT_PROBE_NS 4000000ull /* RC: out of credits this long: send one anyway
                                           (a lost credit update; RNR NAK otherwise) */
 #define UDP_CREDIT_REFRESH_NS 5000000ull /* apple-uc: say the credits again (receives wait) */
 #define UDP_CREDIT_IDLE_NS 20000000ull   /* ... (none wait): the peer hears we are here */

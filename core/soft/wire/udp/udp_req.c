@@ -270,7 +270,7 @@ bool udp_req_ready(const struct soft_wire_qp *q)
     return true;
 }
 
-/* The packet of send w at byte offset off: built, sent, counted. */
+/* The packet of send w at byte offset off: built and sent. */
 static void data_pkt(struct soft_wire_qp *q, struct udp_swqe *w, uint64_t off, bool ackreq)
 {
     uint32_t mtu = udp_mtu_bytes(q->a.mtu);
@@ -291,7 +291,6 @@ static void data_pkt(struct soft_wire_qp *q, struct udp_swqe *w, uint64_t off, b
     uint8_t hdr[UDP_HDR_MAX];
     uint32_t hl = udp_pkt_headers(&p, pad, hdr);
     udp_send(q->w, q, &q->path, hdr, hl, pc, k, pad);
-    count_sent(q, psn);
 }
 
 /* The tail loss probe: no ACK this long after the last packet went, that
@@ -331,8 +330,8 @@ static void tail_probe(struct soft_wire_qp *q)
             continue;
         if (answered_by_response(w))
             return;             /* a READ or atomic: its request is no data packet */
-        q->resend_rnr = false;
         data_pkt(q, w, (uint64_t)d * mtu, true);
+        q->st.tail_probes++;    /* not a retransmit: nothing is known lost */
         return;
     }
 }
@@ -420,6 +419,7 @@ void udp_req_transmit(struct soft_wire_qp *q)
             q->since_ackreq = 0;
         }
         data_pkt(q, w, off, ackreq);
+        count_sent(q, psn);
         if (rc && q->a.timeout) {
             q->tlp_ns = now + tlp_ns(q);
             q->tlp_shift = 0;
@@ -650,6 +650,9 @@ void udp_req_recv(struct soft_wire_qp *q, const struct udp_pkt *p)
     ack_upto(q, (psn - 1) & UDP_PSN_MASK);
     if ((syn & 0xe0) == UDP_AETH_RNR) {
         q->st.rnr_naks_recv++;
+        if (udp_debug)
+            fprintf(stderr, "tbrt udp: QP 0x%x: RNR NAK psn %u: credits %s, sent %u of %u\n",
+                    q->qpn, psn, q->lsn_valid ? "known" : "unknown", q->rsn_next, q->lsn);
         if (q->a.rnr_retry != 7 && q->rnr_retries-- <= 0) {
             fail_una(q, IBV_WC_RNR_RETRY_EXC_ERR, SOFT_VERR_RNR);
             return;
