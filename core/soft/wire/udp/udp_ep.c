@@ -70,7 +70,7 @@ struct tx_msg {                 /* a message: one packet, or a GSO run of them *
     uint8_t sgid[16];
     uint32_t seg, bytes, pkt0, npkt;
     bool closed;                /* a shorter last segment ended the run */
-    char ctl[CMSG_SPACE(sizeof(struct in6_pktinfo)) + CMSG_SPACE(sizeof(uint16_t))];
+    _Alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(struct in6_pktinfo)) + CMSG_SPACE(sizeof(uint16_t))];
 };
 
 struct tx_batch {
@@ -108,8 +108,11 @@ struct udp_ep {
     struct mmsghdr rmsg[BATCH];
     struct iovec riov[BATCH];
     struct sockaddr_in6 rname[BATCH];
-    char rctl[BATCH][CMSG_SPACE(sizeof(struct in6_pktinfo)) + CMSG_SPACE(sizeof(struct in_pktinfo)) +
-                     CMSG_SPACE(sizeof(int))];
+    /* pktinfo (either family) and the GRO segment size; CMSG_SPACE keeps
+     * every row aligned */
+    _Alignas(struct cmsghdr) char rctl[BATCH][CMSG_SPACE(sizeof(struct in6_pktinfo)) +
+                                             CMSG_SPACE(sizeof(struct in_pktinfo)) +
+                                             CMSG_SPACE(sizeof(int))];
     uint8_t rbuf[BATCH][RX_BUF];
 };
 
