@@ -47,11 +47,13 @@ void udp_resp_reset(struct soft_wire_qp *q)
 
 /* Receives of ours a SEND may take (IBA 9.7.7.2 end-to-end credits): those
  * posted, less those taken, the one a SEND being received holds too. A QP
- * without receives of its own (a shared receive queue) gives none: the
- * code says "invalid" and the peer sends unlimited, RNR NAKs its bound. */
+ * without receives of its own (a shared receive queue: wire.h gives it
+ * rq_cap 1, unused) gives none, as IBA says: the code says "invalid" and
+ * the peer sends unlimited, RNR NAKs its bound (so does a QP of one
+ * receive, which loses nothing by it). */
 static bool gives_credits(const struct soft_wire_qp *q)
 {
-    return q->qp_type == IBV_QPT_RC && q->rq_cap > 0;
+    return q->qp_type == IBV_QPT_RC && q->rq_cap > 1;
 }
 static uint64_t recvs_taken(const struct soft_wire_qp *q)
 {
