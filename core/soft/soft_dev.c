@@ -419,7 +419,7 @@ static const char *counter_names[] = {
     "naks_sent", "naks_recv", "rnr_naks_sent", "rnr_naks_recv", "duplicates", "out_of_order",
     "drops_injected", "corrupt_injected", "dups_injected", "reordered_injected",
     "delayed_injected", "icrc_failures", "acks_sent", "acks_recv", "credits_sent",
-    "credits_recv", "bad_packets", "rnr_resends",
+    "credits_recv", "bad_packets", "rnr_resends", "tail_probes",
 };
 
 static int soft_counters(tbrt_dev *dev, uint32_t qpn, const char **names, uint64_t *values,

@@ -279,6 +279,8 @@ struct soft_wire_stats {
     uint64_t credits_sent, credits_recv; /* apple-uc credit packets (tbrt's own) */
     uint64_t bad_packets;             /* malformed, unknown QP, wrong state */
     uint64_t rnr_resends;             /* packets sent again after an RNR NAK (not loss) */
+    uint64_t tail_probes;             /* RC: last packets sent again for want of an ACK
+                                         (before the retransmit timer; not counted above) */
 };
 
 /* A queue pair, as created. */

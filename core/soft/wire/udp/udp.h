@@ -186,6 +186,9 @@ void udp_ep_flush(struct udp_ep *ep);
 #define UDP_READ_JOBS 16        /* READ requests a responder answers at once */
 #define UDP_WINDOW 512          /* RC packets in flight at most */
 #define UDP_ACK_EVERY 64        /* ask for an ACK at least this often */
+#define UDP_NAK_AGAIN_NS 1000000ull /* RC: a NAK sequence error again after this (lost) */
+#define UDP_CREDIT_PROBE_NS 4000000ull /* RC: out of credits this long: send one anyway
+                                          (a lost credit update; RNR NAK otherwise) */
 #define UDP_CREDIT_REFRESH_NS 5000000ull /* apple-uc: say the credits again (receives wait) */
 #define UDP_CREDIT_IDLE_NS 20000000ull   /* ... (none wait): the peer hears we are here */
 #define UDP_PEER_SILENT_NS 200000000ull  /* no credits heard that long: no peer (TN3205:
@@ -214,6 +217,8 @@ struct udp_swqe {               /* a posted send and how far it got */
     uint8_t dgid[16], sgid[16];
     uint8_t inl[SOFT_MAX_INLINE];
     uint32_t first_psn, npkts;  /* RC/UC: the PSNs it took */
+    uint32_t rsn;               /* RC: SEND / WRITE with immediate: which receive of the
+                                   peer's it takes (counted from 0 at RTS) */
     bool started, done;
     uint32_t read_pkts;         /* READ: responses placed; atomics: 1 once answered */
     struct soft_result res;
@@ -285,6 +290,13 @@ struct soft_wire_qp {
     bool resend_rnr;            /* what is sent again now was RNR NAKed (not lost) */
     uint32_t since_ackreq;
     bool read_gap;              /* a READ response went missing: asked again */
+    /* RC end-to-end credits (IBA 9.7.7.2): messages that take a receive
+     * start while rsn_next < lsn, the limit the peer's ACKs give */
+    uint32_t rsn_next, lsn;
+    bool lsn_valid;             /* an ACK carried credits (else: no limit) */
+    uint64_t credit_wait_ns;    /* out of credits since; past UDP_CREDIT_PROBE_NS one goes */
+    uint64_t tlp_ns;            /* the tail loss probe's deadline (udp_req.c); 0: none */
+    uint8_t tlp_shift;          /* probes since the last send or ACK: the next one waits 2^this */
     /* apple-uc credits: what the peer posted (its count), our SENDs */
     uint32_t peer_posted, sent_msgs;
     bool credit_flow;
@@ -292,6 +304,9 @@ struct soft_wire_qp {
     /* responder */
     uint32_t epsn, msn;
     bool nak_sent, ack_due;
+    bool in_send;               /* the message being received is a SEND (it holds a receive) */
+    uint64_t nak_ns;            /* when the last NAK went */
+    uint64_t adv_limit;         /* RC credits: the receive index our last ACK let the peer reach */
     uint8_t ack_syndrome;
     uint32_t ack_psn;
     uint64_t rq_next;           /* the receive the next SEND takes */
@@ -371,6 +386,12 @@ uint64_t udp_req_deadline(const struct soft_wire_qp *q);
 /* An ACK/NAK, READ response or credit packet for this QP. */
 void udp_req_recv(struct soft_wire_qp *q, const struct udp_pkt *p);
 void udp_req_reset(struct soft_wire_qp *q);
+/* Something can be sent now (window, RNR pause, credits of either kind). */
+bool udp_req_ready(const struct soft_wire_qp *q);
+/* AETH credit count field (IBA 9.7.7.2.4): the code for at most n, and
+ * the count of a code (31: none given). */
+uint8_t udp_credit_code(uint64_t n);
+uint32_t udp_credit_count(uint8_t code);
 
 /* udp_resp.c: the responder's side */
 void udp_resp_recv(struct soft_wire_qp *q, const struct udp_pkt *p, const struct udp_path *from);

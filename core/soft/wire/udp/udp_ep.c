@@ -23,32 +23,65 @@
 #include <string.h>
 #include <poll.h>
 #include <stdatomic.h>
+#include <netinet/udp.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "soft/wire/udp/udp.h"
 
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103         /* linux/udp.h: older C libraries lack them */
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
 #define BATCH 32
+/* A receive buffer holds a GRO run (UDP_GRO: packets of one size from one
+ * peer, handed over whole, as GSO sent them): up to 64 KiB. */
+#define RX_BUF 65536
 #define RX_BATCHES 8            /* at most this many batches per turn */
 #define QP_BUCKETS 1024
 #define HELD_MAX 65536          /* packets faults may hold at once */
 #define SOCK_BUF (8 << 20)
 
-struct tx_slot {
-    struct iovec iov[SOFT_MAX_SGE + 3];
+/* Sending: packets are gathered into messages for one sendmmsg. Where the
+ * kernel has UDP GSO (Linux 4.18+), a run of packets of one size to one
+ * peer from one address goes as one message with UDP_SEGMENT: one trip
+ * through the stack for up to GSO_SEGS packets, split into datagrams on
+ * the wire (or never, between namespaces: veth carries the run whole to a
+ * socket with UDP_GRO). Each packet keeps its own iovecs (headers, its
+ * data where it lies, pad + ICRC) so nothing is copied for this. */
+#define TX_PKTS 64              /* packets per flush */
+#define TX_IOV (SOFT_MAX_SGE + 3)
+#define GSO_SEGS 64             /* the kernel's UDP_MAX_SEGMENTS */
+#define GSO_BYTES 65000         /* a UDP datagram's payload, with room to spare */
+
+struct tx_slot {                /* a packet */
     uint8_t hdr[UDP_HDR_MAX];
     uint8_t tail[8];            /* pad + ICRC */
     uint8_t small[64];          /* a short payload, copied (it may live on a caller's stack) */
+    uint32_t iov0, niov, len;   /* its iovecs in the batch's */
+};
+
+struct tx_msg {                 /* a message: one packet, or a GSO run of them */
     struct sockaddr_in6 to;
-    char ctl[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+    uint8_t sgid[16];
+    uint32_t seg, bytes, pkt0, npkt;
+    bool closed;                /* a shorter last segment ended the run */
+    _Alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(struct in6_pktinfo)) + CMSG_SPACE(sizeof(uint16_t))];
 };
 
 struct tx_batch {
     int fd;
-    unsigned n;
-    struct mmsghdr msg[BATCH];
-    struct tx_slot slot[BATCH];
+    bool v4;
+    unsigned n, npkt, niov;     /* messages, packets, iovecs in use */
+    uint32_t gso_below;         /* packets this long or longer go alone (a kernel refused) */
+    struct mmsghdr msg[TX_PKTS];
+    struct tx_msg m[TX_PKTS];
+    struct tx_slot slot[TX_PKTS];
+    struct iovec iov[TX_PKTS * TX_IOV];
 };
 
 struct udp_ep {
@@ -75,8 +108,12 @@ struct udp_ep {
     struct mmsghdr rmsg[BATCH];
     struct iovec riov[BATCH];
     struct sockaddr_in6 rname[BATCH];
-    char rctl[BATCH][CMSG_SPACE(sizeof(struct in6_pktinfo)) + CMSG_SPACE(sizeof(struct in_pktinfo))];
-    uint8_t rbuf[BATCH][UDP_PKT_MAX + 64];
+    /* pktinfo (either family) and the GRO segment size; CMSG_SPACE keeps
+     * every row aligned */
+    _Alignas(struct cmsghdr) char rctl[BATCH][CMSG_SPACE(sizeof(struct in6_pktinfo)) +
+                                             CMSG_SPACE(sizeof(struct in_pktinfo)) +
+                                             CMSG_SPACE(sizeof(int))];
+    uint8_t rbuf[BATCH][RX_BUF];
 };
 
 /* An owner that took a turn this recently is polling: the helper waits. */
@@ -180,6 +217,9 @@ static int sock_open(int family, uint16_t port, const char *netdev, char *why, s
         dont = IPV6_PMTUDISC_DONT;
         setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &dont, sizeof dont);
     }
+    /* runs of packets come in whole, as GSO sent them (where the kernel
+     * can: without it, one packet a datagram as before) */
+    setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof one);
     if (netdev && *netdev &&
         setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, netdev, (socklen_t)strlen(netdev) + 1)) {
         int e = errno;
@@ -233,6 +273,8 @@ static struct udp_ep *ep_new(uint16_t port, const char *netdev, char *why, size_
     ep->fd6 = sock_open(AF_INET6, port, netdev, w6, sizeof w6); /* no IPv6: IPv4 only */
     ep->tx[0].fd = ep->fd4;
     ep->tx[1].fd = ep->fd6;
+    ep->tx[0].v4 = true;
+    ep->tx[0].gso_below = ep->tx[1].gso_below = UINT32_MAX;
     ep->next_qpn = 0x100 + (uint32_t)(now_ns() % 0x8000) * 16;
     ep->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     ep->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -412,8 +454,77 @@ static void gid_to_sa(const uint8_t gid[16], uint16_t port, struct sockaddr_in6 
     }
 }
 
+/* The control data of a message: the source address the ICRC was
+ * computed with, and the segment size of a GSO run. */
+static void msg_control(struct tx_batch *b, struct tx_msg *t, struct msghdr *m, bool gso)
+{
+    memset(t->ctl, 0, sizeof t->ctl);
+    m->msg_control = t->ctl;
+    struct cmsghdr *c = (struct cmsghdr *)t->ctl;
+    if (b->v4) {
+        c->cmsg_level = IPPROTO_IP;
+        c->cmsg_type = IP_PKTINFO;
+        c->cmsg_len = CMSG_LEN(sizeof(struct in_pktinfo));
+        struct in_pktinfo *pi = (struct in_pktinfo *)CMSG_DATA(c);
+        memcpy(&pi->ipi_spec_dst, t->sgid + 12, 4);
+        m->msg_controllen = CMSG_SPACE(sizeof(struct in_pktinfo));
+    } else {
+        c->cmsg_level = IPPROTO_IPV6;
+        c->cmsg_type = IPV6_PKTINFO;
+        c->cmsg_len = CMSG_LEN(sizeof(struct in6_pktinfo));
+        struct in6_pktinfo *pi = (struct in6_pktinfo *)CMSG_DATA(c);
+        memcpy(&pi->ipi6_addr, t->sgid, 16);
+        m->msg_controllen = CMSG_SPACE(sizeof(struct in6_pktinfo));
+    }
+    if (gso) {
+        c = (struct cmsghdr *)(t->ctl + m->msg_controllen);
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t seg = (uint16_t)t->seg;
+        memcpy(CMSG_DATA(c), &seg, sizeof seg);
+        m->msg_controllen += CMSG_SPACE(sizeof(uint16_t));
+    }
+}
+
+static void msg_build(struct tx_batch *b, unsigned i)
+{
+    struct tx_msg *t = &b->m[i];
+    struct msghdr *m = &b->msg[i].msg_hdr;
+    memset(m, 0, sizeof *m);
+    m->msg_name = &t->to;
+    m->msg_namelen = b->v4 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    struct tx_slot *first = &b->slot[t->pkt0], *last = &b->slot[t->pkt0 + t->npkt - 1];
+    m->msg_iov = &b->iov[first->iov0];
+    m->msg_iovlen = last->iov0 + last->niov - first->iov0;
+    msg_control(b, t, m, t->npkt > 1);
+}
+
+/* A GSO run the kernel refused (no UDP_SEGMENT, a segment over the
+ * device's MTU, no checksum offload): its packets one by one, and runs of
+ * that size no more. */
+static void gso_refused(struct tx_batch *b, unsigned i, int err)
+{
+    struct tx_msg *t = &b->m[i];
+    if (udp_debug)
+        fprintf(stderr, "tbrt udp: UDP GSO of %u x %u B: %s: those go one by one\n", t->npkt,
+                t->seg, strerror(err));
+    if (t->seg < b->gso_below)
+        b->gso_below = t->seg;
+    for (uint32_t k = 0; k < t->npkt; k++) {
+        struct tx_slot *s = &b->slot[t->pkt0 + k];
+        struct msghdr m = {.msg_name = &t->to, .msg_namelen = b->msg[i].msg_hdr.msg_namelen,
+                           .msg_iov = &b->iov[s->iov0], .msg_iovlen = s->niov};
+        msg_control(b, t, &m, false);
+        while (sendmsg(b->fd, &m, MSG_DONTWAIT) < 0 && errno == EINTR)
+            ;
+    }
+}
+
 static void flush_one(struct udp_ep *ep, struct tx_batch *b)
 {
+    for (unsigned i = 0; i < b->n; i++)
+        msg_build(b, i);
     unsigned done = 0;
     while (done < b->n) {
         int r = sendmmsg(b->fd, b->msg + done, b->n - done, MSG_DONTWAIT);
@@ -423,14 +534,21 @@ static void flush_one(struct udp_ep *ep, struct tx_batch *b)
         }
         if (r < 0 && errno == EINTR)
             continue;
-        /* a full socket buffer or an unreachable peer: the packet is lost,
-         * as on a congested wire; RC retransmits */
+        int e = errno;
+        if (b->m[done].npkt > 1 && e != EAGAIN && e != EWOULDBLOCK && e != ENOBUFS &&
+            e != ECONNREFUSED && e != EHOSTUNREACH && e != ENETUNREACH) {
+            gso_refused(b, done, e);
+            done++;
+            continue;
+        }
+        /* a full socket buffer or an unreachable peer: the packets are
+         * lost, as on a congested wire; RC retransmits */
         if (udp_debug)
-            fprintf(stderr, "tbrt udp: sendmmsg: %s (%u of %u sent)\n", strerror(errno), done, b->n);
+            fprintf(stderr, "tbrt udp: sendmmsg: %s (%u of %u sent)\n", strerror(e), done, b->n);
         done++;
     }
     (void)ep;
-    b->n = 0;
+    b->n = b->npkt = b->niov = 0;
 }
 
 void udp_ep_flush(struct udp_ep *ep)
@@ -451,21 +569,23 @@ static void put_packet(struct soft_wire *w, struct soft_wire_stats *st,
     struct tx_batch *b = &ep->tx[v4 ? 0 : 1];
     if (b->fd < 0)
         return;
-    if (b->n == BATCH)
-        flush_one(ep, b);
     if (hlen > UDP_HDR_MAX || tlen > sizeof b->slot[0].tail ||
         udp_gid_v4(path->sgid) != v4) {
         st->bad_packets++;
         return;
     }
-    struct tx_slot *s = &b->slot[b->n];
+    if (b->npkt == TX_PKTS || b->niov + TX_IOV > TX_PKTS * TX_IOV)
+        flush_one(ep, b);
+    struct tx_slot *s = &b->slot[b->npkt];
     if (hlen)
         memcpy(s->hdr, hdr, hlen);
     if (tlen)
         memcpy(s->tail, tail, tlen);
+    struct iovec *iov = &b->iov[b->niov];
     int k = 0;
     uint32_t total = hlen + tlen;
-    s->iov[k++] = (struct iovec){.iov_base = s->hdr, .iov_len = hlen};
+    if (hlen)
+        iov[k++] = (struct iovec){.iov_base = s->hdr, .iov_len = hlen};
     uint32_t plen = 0;
     for (int i = 0; i < npieces; i++)
         plen += pieces[i].len;
@@ -475,52 +595,51 @@ static void put_packet(struct soft_wire *w, struct soft_wire_stats *st,
             memcpy(s->small + o, pieces[i].p, pieces[i].len);
             o += pieces[i].len;
         }
-        s->iov[k++] = (struct iovec){.iov_base = s->small, .iov_len = plen};
+        iov[k++] = (struct iovec){.iov_base = s->small, .iov_len = plen};
         total += plen;
     } else {
         for (int i = 0; i < npieces && i < SOFT_MAX_SGE + 1; i++)
             if (pieces[i].len) {
-                s->iov[k++] = (struct iovec){.iov_base = (void *)pieces[i].p,
-                                             .iov_len = pieces[i].len};
+                iov[k++] = (struct iovec){.iov_base = (void *)pieces[i].p,
+                                          .iov_len = pieces[i].len};
                 total += pieces[i].len;
             }
     }
-    s->iov[k++] = (struct iovec){.iov_base = s->tail, .iov_len = tlen};
-    gid_to_sa(path->dgid, path->dport, &s->to);
-    struct msghdr *m = &b->msg[b->n].msg_hdr;
-    memset(m, 0, sizeof *m);
-    m->msg_name = &s->to;
-    m->msg_namelen = v4 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-    m->msg_iov = s->iov;
-    m->msg_iovlen = (size_t)k;
-    /* the source address the ICRC was computed with */
-    memset(s->ctl, 0, sizeof s->ctl);
-    m->msg_control = s->ctl;
-    struct cmsghdr *c = (struct cmsghdr *)s->ctl;
-    if (v4) {
-        c->cmsg_level = IPPROTO_IP;
-        c->cmsg_type = IP_PKTINFO;
-        c->cmsg_len = CMSG_LEN(sizeof(struct in_pktinfo));
-        struct in_pktinfo *pi = (struct in_pktinfo *)CMSG_DATA(c);
-        memcpy(&pi->ipi_spec_dst, path->sgid + 12, 4);
-        m->msg_controllen = CMSG_SPACE(sizeof(struct in_pktinfo));
+    if (tlen)
+        iov[k++] = (struct iovec){.iov_base = s->tail, .iov_len = tlen};
+    s->iov0 = b->niov;
+    s->niov = (uint32_t)k;
+    s->len = total;
+    b->niov += (uint32_t)k;
+    struct sockaddr_in6 to;
+    gid_to_sa(path->dgid, path->dport, &to);
+    /* the run goes on: same peer and source, not longer than its
+     * segments (a shorter one is its last), room left */
+    struct tx_msg *t = b->n ? &b->m[b->n - 1] : NULL;
+    if (t && !t->closed && total <= t->seg && t->seg < b->gso_below && t->npkt < GSO_SEGS &&
+        t->bytes + total <= GSO_BYTES && memcmp(&t->to, &to, sizeof to) == 0 &&
+        memcmp(t->sgid, path->sgid, 16) == 0) {
+        t->npkt++;
+        t->bytes += total;
+        t->closed = total < t->seg;
     } else {
-        c->cmsg_level = IPPROTO_IPV6;
-        c->cmsg_type = IPV6_PKTINFO;
-        c->cmsg_len = CMSG_LEN(sizeof(struct in6_pktinfo));
-        struct in6_pktinfo *pi = (struct in6_pktinfo *)CMSG_DATA(c);
-        memcpy(&pi->ipi6_addr, path->sgid, 16);
-        m->msg_controllen = CMSG_SPACE(sizeof(struct in6_pktinfo));
+        t = &b->m[b->n++];
+        t->to = to;
+        memcpy(t->sgid, path->sgid, 16);
+        t->seg = t->bytes = total;
+        t->pkt0 = b->npkt;
+        t->npkt = 1;
+        t->closed = false;
     }
-    b->n++;
+    b->npkt++;
     st->pkts_sent++;
     st->bytes_sent += total;
     if (ep->pcap) {
         uint8_t flat[UDP_PKT_MAX];
         uint32_t off = 0;
-        for (int i = 0; i < k && off + s->iov[i].iov_len <= sizeof flat; i++) {
-            memcpy(flat + off, s->iov[i].iov_base, s->iov[i].iov_len);
-            off += (uint32_t)s->iov[i].iov_len;
+        for (int i = 0; i < k && off + iov[i].iov_len <= sizeof flat; i++) {
+            memcpy(flat + off, iov[i].iov_base, iov[i].iov_len);
+            off += (uint32_t)iov[i].iov_len;
         }
         udp_pcap_packet(ep->pcap, path, flat, off, true);
     }
@@ -808,10 +927,11 @@ static int rx_batch(struct soft_wire *w, int fd)
     for (int i = 0; i < n; i++) {
         struct msghdr *m = &ep->rmsg[i].msg_hdr;
         uint32_t len = ep->rmsg[i].msg_len;
-        if ((m->msg_flags & MSG_TRUNC) || len > UDP_PKT_MAX) {
+        if (m->msg_flags & MSG_TRUNC) {
             w->st.bad_packets++;
             continue;
         }
+        uint32_t seg = len;     /* a GRO run: packets of seg bytes, the last maybe shorter */
         struct udp_path path = {.dport = ep->port};
         sa_to_gid(&ep->rname[i], path.sgid, &path.sport);
         for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
@@ -824,11 +944,23 @@ static int rx_batch(struct soft_wire *w, int fd)
                 struct in6_pktinfo pi;
                 memcpy(&pi, CMSG_DATA(c), sizeof pi);
                 memcpy(path.dgid, &pi.ipi6_addr, 16);
+            } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+                int g;
+                memcpy(&g, CMSG_DATA(c), sizeof g);
+                if (g > 0 && (uint32_t)g < seg)
+                    seg = (uint32_t)g;
             }
         }
-        if (ep->pcap)
-            udp_pcap_packet(ep->pcap, &path, ep->rbuf[i], len, false);
-        rx_one(w, ep->rbuf[i], len, &path);
+        for (uint32_t off = 0; off < len; off += seg) {
+            uint32_t plen = TBRT_MIN(seg, len - off);
+            if (plen > UDP_PKT_MAX) {
+                w->st.bad_packets++;
+                continue;
+            }
+            if (ep->pcap)
+                udp_pcap_packet(ep->pcap, &path, ep->rbuf[i] + off, plen, false);
+            rx_one(w, ep->rbuf[i] + off, plen, &path);
+        }
     }
     return n;
 }

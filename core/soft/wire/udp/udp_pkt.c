@@ -445,3 +445,19 @@ uint32_t udp_icrc(const struct udp_path *path, const uint8_t *hdr, uint32_t hlen
         c = crc32_step(c, zeros, pad);
     return ~c;
 }
+
+/* IBA table 43: the credit counts a 5-bit code stands for (31: invalid). */
+static const uint16_t credit_counts[31] = {
+    0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768,
+    1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
+};
+
+uint8_t udp_credit_code(uint64_t n)
+{
+    uint8_t c = 0;
+    while (c < 30 && credit_counts[c + 1] <= n)
+        c++;
+    return c;
+}
+
+uint32_t udp_credit_count(uint8_t code) { return code < 31 ? credit_counts[code] : 0; }

@@ -57,6 +57,12 @@ static bool is_send(const struct udp_swqe *w)
     return w->opcode == IBV_WR_SEND || w->opcode == IBV_WR_SEND_WITH_IMM;
 }
 
+/* Takes a receive at the peer: what end-to-end credits count. */
+static bool takes_receive(const struct udp_swqe *w)
+{
+    return is_send(w) || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
 static uint64_t rto_ns(const struct soft_wire_qp *q)
 {
     return 4096ull << (q->a.timeout > 31 ? 31 : q->a.timeout);
@@ -75,6 +81,11 @@ void udp_req_reset(struct soft_wire_qp *q)
     q->since_ackreq = 0;
     q->read_gap = false;
     q->peer_posted = q->sent_msgs = 0;
+    q->rsn_next = q->lsn = 0;
+    q->lsn_valid = false;
+    q->credit_wait_ns = 0;
+    q->tlp_ns = 0;
+    q->tlp_shift = 0;
     q->credit_heard_ns = now_ns();  /* a new connection: the peer has its grace */
 }
 
@@ -213,6 +224,118 @@ static void send_ud(struct soft_wire_qp *q, uint64_t idx, struct udp_swqe *w)
     udp_send_finish(q, idx, IBV_WC_SUCCESS, 0);
 }
 
+static bool out_of_credits(const struct soft_wire_qp *q)
+{
+    return q->lsn_valid && (int32_t)(q->rsn_next - q->lsn) >= 0;
+}
+
+/* The credits of an ACK of PSN psn (IBA 9.7.7.2.4): the peer may take
+ * `count` receives beyond those of the messages that began by psn. Only
+ * from the ACK of everything acknowledged so far (an older one counts
+ * messages finished since among those still to come). */
+static void credits_from_ack(struct soft_wire_qp *q, uint32_t psn, uint8_t code)
+{
+    if (code == 31 || ((psn + 1) & UDP_PSN_MASK) != q->una_psn)
+        return;
+    uint32_t base = q->rsn_next;
+    for (uint64_t i = q->una_wqe; i < q->sq_tail; i++) {
+        const struct udp_swqe *w = &q->sq[i % q->sq_cap];
+        if (!w->started)
+            break;
+        if (takes_receive(w) && udp_psn_diff(w->first_psn, psn) > 0) {
+            base = w->rsn;
+            break;
+        }
+    }
+    uint32_t lsn = base + udp_credit_count(code);
+    if (!q->lsn_valid || (int32_t)(lsn - q->lsn) > 0) {
+        q->lsn = lsn;
+        q->lsn_valid = true;
+        q->wake = true;
+    }
+}
+
+bool udp_req_ready(const struct soft_wire_qp *q)
+{
+    if (q->tx_wqe >= q->sq_tail || q->stopped || q->rnr_until)
+        return false;
+    if (q->qp_type == IBV_QPT_RC &&
+        udp_psn_diff(q->tx_psn, q->una_psn) >= (q->rnr_probe ? 1 : UDP_WINDOW))
+        return false;
+    const struct udp_swqe *w = &q->sq[q->tx_wqe % q->sq_cap];
+    if (q->credit_flow && udp_psn_diff(q->sent_msgs, q->peer_posted) >= 0)
+        return false;
+    if (q->qp_type == IBV_QPT_RC && !w->started && takes_receive(w) && out_of_credits(q))
+        return false;           /* the deadline (credit_wait_ns) brings it back */
+    return true;
+}
+
+/* The packet of send w at byte offset off: built and sent. */
+static void data_pkt(struct soft_wire_qp *q, struct udp_swqe *w, uint64_t off, bool ackreq)
+{
+    uint32_t mtu = udp_mtu_bytes(q->a.mtu);
+    uint32_t n = (uint32_t)TBRT_MIN((uint64_t)mtu, w->total - off);
+    bool first = off == 0, last = off + n >= w->total;
+    uint32_t psn = (w->first_psn + (uint32_t)(off / mtu)) & UDP_PSN_MASK;
+    struct udp_pkt p = {.opcode = opcode_of(q, w, first, last), .dqpn = q->a.dest_qpn,
+                        .psn = psn, .imm = w->imm, .ackreq = ackreq,
+                        .se = last && (w->send_flags & IBV_SEND_SOLICITED)};
+    if (first && !is_send(w)) {
+        p.va = w->raddr;
+        p.rkey = w->rkey;
+        p.dmalen = (uint32_t)w->total;
+    }
+    struct udp_piece pc[SOFT_MAX_SGE];
+    int k = gather(q, w, off, n, pc);
+    uint8_t pad = (uint8_t)((4 - (n & 3)) & 3);
+    uint8_t hdr[UDP_HDR_MAX];
+    uint32_t hl = udp_pkt_headers(&p, pad, hdr);
+    udp_send(q->w, q, &q->path, hdr, hl, pc, k, pad);
+}
+
+/* The tail loss probe: no ACK this long after the last packet went, that
+ * packet goes once more, asking for one. A lost last packet (or its ACK)
+ * has no later packet to make the responder NAK, and the retransmit timer
+ * (67 ms at timeout 14) would stall the QP: the probe either fills the gap
+ * (an ACK) or shows an earlier one (a NAK sequence error), or is a
+ * duplicate the responder ACKs again. Still no ACK: again, twice as late
+ * each time (1, 2, 4 .. ms) while the timer runs. It is no retry:
+ * retry_cnt and the timer are the QP's, as before. At most a quarter of
+ * the timer. */
+#define UDP_TLP_NS 1000000ull
+static uint64_t tlp_ns(const struct soft_wire_qp *q)
+{
+    uint64_t t = 4096ull << (q->a.timeout > 31 ? 31 : q->a.timeout);
+    return TBRT_MIN(UDP_TLP_NS, t / 4);
+}
+
+static void tail_probe(struct soft_wire_qp *q)
+{
+    q->tlp_ns = 0;
+    if (q->tlp_shift < 16) {
+        uint64_t next = q->w->now + (tlp_ns(q) << ++q->tlp_shift);
+        if (q->rto_ns && next < q->rto_ns)
+            q->tlp_ns = next;
+    }
+    uint32_t psn = (q->tx_psn - 1) & UDP_PSN_MASK;
+    if (q->una_psn == q->tx_psn || q->rnr_until || q->rnr_probe)
+        return;
+    uint32_t mtu = udp_mtu_bytes(q->a.mtu);
+    for (uint64_t i = q->una_wqe; i < q->sq_tail && i <= q->tx_wqe; i++) {
+        struct udp_swqe *w = &q->sq[i % q->sq_cap];
+        if (!w->started)
+            return;
+        int32_t d = udp_psn_diff(psn, w->first_psn);
+        if (d < 0 || d >= (int32_t)w->npkts)
+            continue;
+        if (answered_by_response(w))
+            return;             /* a READ or atomic: its request is no data packet */
+        data_pkt(q, w, (uint64_t)d * mtu, true);
+        q->st.tail_probes++;    /* not a retransmit: nothing is known lost */
+        return;
+    }
+}
+
 void udp_req_transmit(struct soft_wire_qp *q)
 {
     if (q->stopped || q->a.state != IBV_QPS_RTS || q->tx_wqe == q->sq_tail)
@@ -248,6 +371,18 @@ void udp_req_transmit(struct soft_wire_qp *q)
             if (q->credit_flow && is_send(w) && udp_psn_diff(q->sent_msgs, q->peer_posted) >= 0 &&
                 now - q->credit_heard_ns < UDP_PEER_SILENT_NS)
                 break;          /* TN3205: wait for a receive at the peer (while there is one) */
+            if (rc && takes_receive(w) && out_of_credits(q)) {
+                /* the peer has no receive for it: wait for the ACK that
+                 * says it has, or (that ACK lost) send it after a while and
+                 * let an RNR NAK answer */
+                if (!q->credit_wait_ns)
+                    q->credit_wait_ns = now + UDP_CREDIT_PROBE_NS;
+                if (now < q->credit_wait_ns)
+                    break;
+            }
+            q->credit_wait_ns = 0;
+            if (rc && takes_receive(w))
+                w->rsn = q->rsn_next++;
             w->first_psn = q->tx_psn;
             w->npkts = npkts_of(w, mtu);
             w->started = true;
@@ -274,29 +409,21 @@ void udp_req_transmit(struct soft_wire_qp *q)
         }
         uint64_t off = q->tx_off;
         uint32_t n = (uint32_t)TBRT_MIN((uint64_t)mtu, w->total - off);
-        bool first = off == 0, last = off + n >= w->total;
+        bool last = off + n >= w->total;
         uint32_t psn = (w->first_psn + (uint32_t)(off / mtu)) & UDP_PSN_MASK;
-        struct udp_pkt p = {.opcode = opcode_of(q, w, first, last), .dqpn = q->a.dest_qpn,
-                            .psn = psn, .imm = w->imm,
-                            .se = last && (w->send_flags & IBV_SEND_SOLICITED)};
         /* the probe after an RNR NAK asks too: the window stays shut until
          * its ACK, and without one only the retransmit timer would open it */
+        bool ackreq = false;
         if (rc && (last || q->rnr_probe || ++q->since_ackreq >= UDP_ACK_EVERY)) {
-            p.ackreq = true;
+            ackreq = true;
             q->since_ackreq = 0;
         }
-        if (first && !is_send(w)) {
-            p.va = w->raddr;
-            p.rkey = w->rkey;
-            p.dmalen = (uint32_t)w->total;
-        }
-        struct udp_piece pc[SOFT_MAX_SGE];
-        int k = gather(q, w, off, n, pc);
-        uint8_t pad = (uint8_t)((4 - (n & 3)) & 3);
-        uint8_t hdr[UDP_HDR_MAX];
-        uint32_t hl = udp_pkt_headers(&p, pad, hdr);
-        udp_send(q->w, q, &q->path, hdr, hl, pc, k, pad);
+        data_pkt(q, w, off, ackreq);
         count_sent(q, psn);
+        if (rc && q->a.timeout) {
+            q->tlp_ns = now + tlp_ns(q);
+            q->tlp_shift = 0;
+        }
         q->tx_psn = (psn + 1) & UDP_PSN_MASK;
         q->tx_off = off + n;
         if (last) {
@@ -381,6 +508,8 @@ static void ack_upto(struct soft_wire_qp *q, uint32_t psn)
         q->rnr_probe = false;
         q->retries = q->a.retry_cnt;
         q->rto_ns = q->una_psn != q->tx_psn && q->a.timeout ? q->w->now + rto_ns(q) : 0;
+        q->tlp_ns = q->rto_ns ? q->w->now + tlp_ns(q) : 0;
+        q->tlp_shift = 0;
     }
 }
 
@@ -512,6 +641,7 @@ void udp_req_recv(struct soft_wire_qp *q, const struct udp_pkt *p)
     q->st.acks_recv++;
     if (syn < 0x20) {           /* ACK */
         ack_upto(q, psn);
+        credits_from_ack(q, psn, syn & 0x1f);
         q->rnr_retries = q->a.rnr_retry;
         return;
     }
@@ -520,6 +650,9 @@ void udp_req_recv(struct soft_wire_qp *q, const struct udp_pkt *p)
     ack_upto(q, (psn - 1) & UDP_PSN_MASK);
     if ((syn & 0xe0) == UDP_AETH_RNR) {
         q->st.rnr_naks_recv++;
+        if (udp_debug)
+            fprintf(stderr, "tbrt udp: QP 0x%x: RNR NAK psn %u: credits %s, sent %u of %u\n",
+                    q->qpn, psn, q->lsn_valid ? "known" : "unknown", q->rsn_next, q->lsn);
         if (q->a.rnr_retry != 7 && q->rnr_retries-- <= 0) {
             fail_una(q, IBV_WC_RNR_RETRY_EXC_ERR, SOFT_VERR_RNR);
             return;
@@ -549,6 +682,8 @@ void udp_req_recv(struct soft_wire_qp *q, const struct udp_pkt *p)
 
 void udp_req_timers(struct soft_wire_qp *q)
 {
+    if (q->tlp_ns && !q->stopped && q->w->now >= q->tlp_ns)
+        tail_probe(q);
     if (!q->rto_ns || q->stopped || q->w->now < q->rto_ns)
         return;
     if (q->una_psn == q->tx_psn) {
@@ -581,6 +716,10 @@ uint64_t udp_req_deadline(const struct soft_wire_qp *q)
     uint64_t d = q->rto_ns;
     if (q->rnr_until && (!d || q->rnr_until < d))
         d = q->rnr_until;
+    if (q->credit_wait_ns && (!d || q->credit_wait_ns < d))
+        d = q->credit_wait_ns;
+    if (q->tlp_ns && (!d || q->tlp_ns < d))
+        d = q->tlp_ns;
     if (q->credit_flow && q->tx_wqe < q->sq_tail) {
         uint64_t silent = q->credit_heard_ns + UDP_PEER_SILENT_NS;
         if (!d || silent < d)

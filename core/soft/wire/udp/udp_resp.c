@@ -35,7 +35,8 @@ void udp_resp_reset(struct soft_wire_qp *q)
     q->epsn = q->a.rq_psn & UDP_PSN_MASK;
     q->msn = 0;
     q->nak_sent = q->ack_due = false;
-    q->in_msg = q->recv_bad = false;
+    q->in_msg = q->recv_bad = q->in_send = false;
+    q->adv_limit = 0;
     q->rq_next = q->rq_prod;
     q->rj_head = q->rj_tail = 0;
     memset(q->atomics, 0, sizeof q->atomics);
@@ -44,14 +45,37 @@ void udp_resp_reset(struct soft_wire_qp *q)
     q->credit_ns = 0;
 }
 
+/* Receives of ours a SEND may take (IBA 9.7.7.2 end-to-end credits): those
+ * posted, less those taken, the one a SEND being received holds too. A QP
+ * without receives of its own (a shared receive queue: wire.h gives it
+ * rq_cap 1, unused) gives none, as IBA says: the code says "invalid" and
+ * the peer sends unlimited, RNR NAKs its bound (so does a QP of one
+ * receive, which loses nothing by it). */
+static bool gives_credits(const struct soft_wire_qp *q)
+{
+    return q->qp_type == IBV_QPT_RC && q->rq_cap > 1;
+}
+static uint64_t recvs_taken(const struct soft_wire_qp *q)
+{
+    return q->rq_next + (q->in_msg && q->in_send ? 1 : 0);
+}
+
 static void send_aeth(struct soft_wire_qp *q, uint32_t psn, uint8_t syndrome)
 {
+    if (syndrome == UDP_AETH_ACK && gives_credits(q)) {
+        /* every ACK says how many more the peer may send: it never sends a
+         * window of packets that RNR NAKs would throw away */
+        uint64_t taken = recvs_taken(q);
+        uint8_t code = udp_credit_code(q->rq_prod > taken ? q->rq_prod - taken : 0);
+        syndrome = code;
+        q->adv_limit = taken + udp_credit_count(code);
+    }
     struct udp_pkt p = {.opcode = UDP_TR_RC | UDP_OP_ACK, .dqpn = q->a.dest_qpn, .psn = psn,
                         .syndrome = syndrome, .msn = q->msn & UDP_PSN_MASK};
     uint8_t hdr[UDP_HDR_MAX];
     uint32_t hl = udp_pkt_headers(&p, 0, hdr);
     udp_send(q->w, q, &q->path, hdr, hl, NULL, 0, 0);
-    if (syndrome == UDP_AETH_ACK)
+    if ((syndrome & 0xe0) == 0)
         q->st.acks_sent++;
     else if ((syndrome & 0xe0) == UDP_AETH_RNR)
         q->st.rnr_naks_sent++;
@@ -93,6 +117,7 @@ static void send_pkt(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f
 {
     if (f & UDP_F_FIRST) {
         q->in_msg = true;
+        q->in_send = true;
         q->recv_bad = false;
         q->recv_off = 0;
     } else if (!q->in_msg) {
@@ -153,6 +178,7 @@ static void write_pkt(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned 
             return;             /* UC: a bad rkey drops the message */
         }
         q->in_msg = true;
+        q->in_send = false;
         q->recv_bad = false;
         q->wr_va = p->va;
         q->wr_rkey = p->rkey;
@@ -262,9 +288,13 @@ static void rc_recv(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f)
     }
     if (d > 0) {
         q->st.out_of_order++;
-        if (!q->nak_sent) {
+        /* one NAK for the gap; again only to a packet that asks for an ACK
+         * a while later (the NAK was lost: the requester goes on sending
+         * and only its retransmit timer would find out) */
+        if (!q->nak_sent || (p->ackreq && q->w->now - q->nak_ns >= UDP_NAK_AGAIN_NS)) {
             send_aeth(q, q->epsn, UDP_AETH_NAK_SEQ);
             q->nak_sent = true;
+            q->nak_ns = q->w->now;
         }
         return;
     }
@@ -286,6 +316,7 @@ static void rc_recv(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f)
                       ((f & UDP_F_WRITE) && (f & UDP_F_IMM));
     if (needs_recv && !has_receive(q)) {
         send_aeth(q, p->psn, (uint8_t)(UDP_AETH_RNR | (q->a.min_rnr_timer & 31)));
+        q->nak_ns = q->w->now;
         /* the packets behind it are dropped silently: the RNR NAK already
          * names the PSN to go back to (a NAK sequence error as well would
          * send the requester back a second time) */
@@ -384,6 +415,21 @@ void udp_resp_recv(struct soft_wire_qp *q, const struct udp_pkt *p, const struct
         uc_recv(q, p, f);
 }
 
+/* An ACK just for credits is due: the peer used more than half of what it
+ * may send by our last word, and we have more to give now. Nothing is due
+ * before the first request (the requester's first message goes unasked). */
+static bool credits_due(const struct soft_wire_qp *q)
+{
+    if (!gives_credits(q) || q->rj_head != q->rj_tail ||
+        q->epsn == (q->a.rq_psn & UDP_PSN_MASK))
+        return false;
+    uint64_t taken = recvs_taken(q);
+    if (q->rq_prod <= taken)
+        return false;
+    uint64_t limit = taken + udp_credit_count(udp_credit_code(q->rq_prod - taken));
+    return limit > q->adv_limit && q->adv_limit <= taken + (limit - taken) / 2;
+}
+
 /* READ responses of the oldest job, then the coalesced ACK, then credits. */
 void udp_resp_transmit(struct soft_wire_qp *q)
 {
@@ -421,6 +467,13 @@ void udp_resp_transmit(struct soft_wire_qp *q)
             }
         }
     }
+    if (!q->ack_due && credits_due(q)) {
+        /* receives were posted while the peer may be waiting for them: an
+         * ACK of what arrived so far says so (READ jobs wait: an ACK past a
+         * READ request not answered yet would tell the peer it was lost) */
+        q->ack_due = true;
+        q->ack_psn = (q->epsn - 1) & UDP_PSN_MASK;
+    }
     if (q->ack_due) {
         q->ack_due = false;
         send_aeth(q, q->ack_psn, UDP_AETH_ACK);
@@ -446,7 +499,7 @@ void udp_resp_transmit(struct soft_wire_qp *q)
 
 uint64_t udp_resp_deadline(const struct soft_wire_qp *q)
 {
-    if (q->rj_head != q->rj_tail || q->ack_due)
+    if (q->rj_head != q->rj_tail || q->ack_due || credits_due(q))
         return 1;               /* now */
     if (q->credit_flow && q->a.state == IBV_QPS_RTS)
         return q->credit_ns + (has_receive(q) ? UDP_CREDIT_REFRESH_NS : UDP_CREDIT_IDLE_NS);

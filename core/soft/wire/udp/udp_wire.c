@@ -549,10 +549,7 @@ static bool turn(struct soft_wire *w, uint64_t *next)
         udp_req_transmit(q);
         udp_resp_transmit(q);
         uint64_t d = udp_req_deadline(q), e = udp_resp_deadline(q);
-        if (e == 1 || (q->tx_wqe < q->sq_tail && !q->stopped && !q->rnr_until &&
-                       (q->qp_type != IBV_QPT_RC ||
-                        udp_psn_diff(q->tx_psn, q->una_psn) < (q->rnr_probe ? 1 : UDP_WINDOW)) &&
-                       !(q->credit_flow && udp_psn_diff(q->sent_msgs, q->peer_posted) >= 0))) {
+        if (e == 1 || udp_req_ready(q)) {
             again = true;       /* more to send than one turn sends */
             e = 0;
         }
