@@ -14,7 +14,7 @@ local function pair(o)
   o.personality = o.personality or "linux-rc"
   o.type = o.type or "RC"
   o.wire = "udp"
-  o.mr_len = o.mr_len or (1024 * 1024)
+  o.mr_len = o.mr_len or (1024 * 1024 + 4096)   -- a 1 MiB message and room past it
   return V.pair(o)
 end
 
@@ -31,6 +31,7 @@ end
 -- Send one message of n bytes from a to b and check it arrived whole.
 local function roundtrip(p, n, seed, opts)
   opts = opts or {}
+  assert(n + 16 <= p.len, "the spec's buffers hold the message and 16 bytes past it")
   fill(p.abuf, n, seed)
   ffi.fill(p.bbuf, n + 16, 0)
   assert(p.b:post_recv{ mr = p.bmr, len = n + 16, wr_id = seed })

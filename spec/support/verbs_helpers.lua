@@ -37,7 +37,7 @@ function V.pair(o)
   local amr = assert(pd:reg(abuf, len, o.access))
   local bmr = assert(pd:reg(bbuf, len, o.access))
   local p = { dev = dev, pd = pd, a = a, b = b, cq_a = cq_a, cq_b = cq_b, amr = amr, bmr = bmr,
-    abuf = abuf, bbuf = bbuf, port = port }
+    abuf = abuf, bbuf = bbuf, len = len, port = port }
   if o.connect ~= false then
     local ok, err = verbs.connect(a, b, { port = port, dgid = V.LOOPBACK,
       sgid_index = V.loopback_gid(dev, port), min_rnr_timer = o.min_rnr_timer,
