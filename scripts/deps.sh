@@ -20,7 +20,7 @@ PKGS="$PKGS gnuplot-nox openssh-client openssh-server openmpi-bin slurmctld slur
 # the soft device's UDP wire: tshark decodes its captures (spec/soft_pcap_spec.lua)
 PKGS="$PKGS tshark"
 if [ "${1:-}" = bench ]; then
-  PKGS="$PKGS qperf ucx-utils libucx0"
+  PKGS="$PKGS qperf ucx-utils libucx0 nftables"   # nft: 1% loss where the kernel has no netem
 fi
 
 missing=""

@@ -3,9 +3,10 @@
 -- a veth pair it makes (root; names with this run's pid, removed at the
 -- end): RC over RoCEv2/UDP, 64 KiB and 4 MiB streaming beside qperf tcp_bw
 -- and udp_bw on the same veth, and 8 B one-way latency beside qperf
--- udp_lat; with no loss and with 1% drop (tbrt: its own faults on both
--- ends; qperf: tc netem loss 1% on both veths, where the kernel has netem;
--- without it those anchors are NA). The veths have 9000-byte frames, as
+-- udp_lat; with no loss and with 1% drop: the kernel drops 1% of what
+-- leaves each veth (tc netem loss, or an nftables numgen rule where the
+-- kernel has no netem) for tbrt and the anchors alike; with neither, tbrt
+-- drops by its own faults on both ends and the anchors are NA. The veths have 9000-byte frames, as
 -- RoCE links do, so path MTU 4096 goes unfragmented.
 -- Every tbrt message is checked byte for byte (scripts/pair.lua).
 --
@@ -58,15 +59,38 @@ return function(env)
     end
   end
 
-  -- tc netem loss on both veths (the anchors' 1%); false when there is no netem
-  local function netem(on)
-    local ok = true
-    for _, x in ipairs { { A, VA }, { B, VB } } do
-      local c = on and string.format("ip netns exec %s tc qdisc replace dev %s root netem loss 1%%", x[1], x[2])
-        or string.format("ip netns exec %s tc qdisc del dev %s root", x[1], x[2])
-      if not sh(c .. "; echo rc=$?"):match("rc=0") then ok = false end
+  -- 1% of the packets leaving each veth dropped by the kernel: "netem",
+  -- "nft", or nil when neither can be had; loss(false) undoes it
+  local function run_all(cmds)
+    for _, c in ipairs(cmds) do
+      if not sh(c .. " 2>&1; echo rc=$?"):match("rc=0%s*$") then return false end
     end
-    return ok
+    return true
+  end
+  local loss_by
+  local function loss(on)
+    if not on then
+      for _, x in ipairs { { A, VA }, { B, VB } } do
+        if loss_by == "netem" then sh(string.format("ip netns exec %s tc qdisc del dev %s root", x[1], x[2])) end
+        if loss_by == "nft" then sh(string.format("ip netns exec %s nft delete table inet tbrtloss", x[1])) end
+      end
+      loss_by = nil
+      return
+    end
+    local netem, nft = {}, {}
+    for _, x in ipairs { { A, VA }, { B, VB } } do
+      netem[#netem + 1] = string.format("ip netns exec %s tc qdisc replace dev %s root netem loss 1%%", x[1], x[2])
+      nft[#nft + 1] = string.format("ip netns exec %s nft add table inet tbrtloss", x[1])
+      nft[#nft + 1] = string.format("ip netns exec %s nft add chain inet tbrtloss out " ..
+        "'{ type filter hook output priority 0 ; }'", x[1])
+      nft[#nft + 1] = string.format("ip netns exec %s nft add rule inet tbrtloss out oifname %s " ..
+        "numgen random mod 100 0 drop", x[1], x[2])
+    end
+    for _, way in ipairs { { "netem", netem }, { "nft", nft } } do
+      loss_by = way[1]
+      if run_all(way[2]) then return loss_by end
+      loss(false)               -- undo what half worked
+    end
   end
 
   local port = 7400 + pid % 500
@@ -133,10 +157,16 @@ return function(env)
   end
   local ok, res = pcall(function()
     local rows = {}
+    local loss_on = loss
     for _, loss in ipairs { false, true } do
       local tag = loss and " 1% drop" or ""
-      local faults = loss and "drop=1%,seed=7" or nil
-      local have_netem = not loss or netem(true)
+      local by = loss and loss_on(true)
+      local faults = loss and not by and "drop=1%,seed=7" or nil
+      local have_netem = not loss or by ~= nil
+      if loss then
+        io.stderr:write("# 1% drop by " .. (by and ("the kernel (" .. by .. "), tbrt and the anchors alike")
+          or "tbrt's own faults (the kernel has neither netem nor nftables): anchors NA") .. "\n")
+      end
       local pairs_of = {
         { "bw64", "tbrt UDP RC bw 64 KiB" .. tag, tbrt("bw", 65536, faults), "qperf tcp_bw 64 KiB" .. tag,
           qperf("tcp_bw", 65536), "qperf udp_bw 64000 B" .. tag, qperf("udp_bw", 65000) },
@@ -171,7 +201,7 @@ return function(env)
             r[key .. "_udp_bw"], r[key .. "_anchor"], "qperf tcp_bw", nil }
         end
       end
-      if loss then netem(false) end
+      if loss then loss_on(false) end
     end
     return rows
   end)
