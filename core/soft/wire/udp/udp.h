@@ -5,8 +5,12 @@
  *   udp_pkt.c    the packets: BTH and its extension headers, the ICRC
  *   udp_ep.c     the endpoint: one pair of sockets (IPv4, IPv6) per process
  *                and port, shared by every device of the process that uses
- *                it, batched I/O (sendmmsg/recvmmsg), the queue of delayed
- *                and held packets that faults make, the capture
+ *                it, its queue pairs by number, its helper thread
+ *   udp_tx.c     ... sending: sendmmsg batches, GSO runs, the send side's
+ *                faults and the packets they hold
+ *   udp_rx.c     ... receiving: recvmmsg batches, GRO runs, the receive
+ *                side's faults, held packets that are due (udp_ep.h: the
+ *                three files' shared insides)
  *   udp_pcap.c   the capture file (pcapng: Ethernet/IP/UDP framed)
  *   udp_req.c    the requester: segmentation by path MTU, PSNs, ACKs, NAKs,
  *                go-back-N, the retransmit and RNR timers, READ responses
@@ -345,7 +349,7 @@ struct soft_wire {
     uint64_t now;               /* of the current turn */
 };
 
-/* udp_ep.c */
+/* udp_ep.c, udp_tx.c, udp_rx.c */
 int udp_ep_attach(struct soft_wire *w, char *why, size_t len);
 void udp_ep_detach(struct soft_wire *w);
 void udp_ep_lock(struct udp_ep *ep);
