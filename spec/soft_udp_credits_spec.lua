@@ -10,6 +10,7 @@
 --     requester streaming into fewer receives than its window does not
 --     send packets that RNR NAKs throw away.
 local ffi = require("ffi")
+local uv = require("luv")
 local H = require("helpers")
 local V = require("verbs_helpers")
 local task = require("tbrt.task")
@@ -110,7 +111,9 @@ describe("soft UDP wire RC flow control", function()
       assert(p.a:post_send{ mr = p.amr, len = n, offset = m * 4096, wr_id = m })
     end
     -- the receiver reposts each receive as it has checked its message
-    local done, idle = 0, 0
+    -- (slow: reposts that came 3 ms or more after the one before, as on a
+    -- loaded machine; a SEND that waited 4 ms for one goes anyway)
+    local done, idle, slow, last = 0, 0, 0, uv.hrtime()
     while done < msgs do
       local got_b = assert(p.cq_b:wait(1, 0.1))
       idle = #got_b == 0 and idle + 1 or 0
@@ -121,6 +124,9 @@ describe("soft UDP wire RC flow control", function()
         local slot = tonumber(c.wr_id)
         assert.is_nil(first_bad(p.bbuf, slot * 4096, n, done % 200 + 2), "message " .. done)
         assert(p.b:post_recv{ mr = p.bmr, len = 4096, offset = slot * 4096, wr_id = slot })
+        local now = uv.hrtime()
+        if now - last >= 3e6 then slow = slow + 1 end
+        last = now
       end
     end
     local sent = 0
@@ -139,8 +145,10 @@ describe("soft UDP wire RC flow control", function()
     -- descheduled that long on a loaded machine) goes to meet one
     local rnr = st.rnr_naks_recv - before.rnr_naks_recv
     local resent = st.rnr_resends - before.rnr_resends
-    assert.is_true(rnr <= msgs / 4, "RNR NAKs in the stream: " .. rnr)
-    assert.is_true(resent <= msgs / 4 * 3, "packets sent again after RNR NAKs: " .. resent)
+    local allowed = msgs / 4 + slow
+    assert.is_true(rnr <= allowed, string.format("RNR NAKs in the stream: %d (%d reposts slow)",
+      rnr, slow))
+    assert.is_true(resent <= allowed * 3, "packets sent again after RNR NAKs: " .. resent)
     assert.equal(0, st.retransmits)
   end)
 
