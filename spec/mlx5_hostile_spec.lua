@@ -183,7 +183,8 @@ describe("a link over the mlx5 model whose close fails to destroy", function()
   -- The leak reports that name code of ours (a frame in core/, bindings/,
   -- lua/, libtbrt or the tbrt program). A report of the sanitizer runtime's
   -- own per-thread allocation (every frame its own or unknown, under
-  -- start_thread: the soft device's alarm thread lives until exit) is not.
+  -- start_thread: a detached thread, such as the soft device's alarm thread,
+  -- may still be ending when the process exits) is not.
   local function our_leaks(stderr)
     local ours = {}
     for block in (stderr .. "\n\n"):gmatch("(%a+ leak of .-)\n%s*\n") do

@@ -6,7 +6,7 @@
 -- and poll. Without timers of its own the device would never wake it.
 --
 -- And the completion timestamps: the time the work finished, not the time
--- the program polled.
+-- the program polled. And the alarm thread: it ends once no device needs it.
 local ffi = require("ffi")
 local core = require("tbrt.ffi")
 local link = require("tbrt.link")
@@ -94,5 +94,46 @@ describe("soft timers", function()
       assert.is_true(t <= after + 1e-3, "stamp " .. t .. " is the poll's (" .. polled ..
         "), not the send's (" .. after .. ")")
     end
+  end)
+end)
+
+describe("the soft device's alarm thread", function()
+  -- a process of its own: other specs' devices live on in this one
+  it("starts with the first alarm and ends once the process's devices are closed", function()
+    local H = require("helpers")
+    local dir = H.tmpdir()
+    local script = dir .. "/alarm_thread.lua"
+    H.write_file(script, [[
+      package.path = ]] .. string.format("%q", H.root .. "/spec/support/?.lua;") .. [[ .. package.path
+      local uv = require("luv")
+      local V = require("verbs_helpers")
+      local function threads()
+        local n, it = 0, uv.fs_scandir("/proc/self/task")
+        while uv.fs_scandir_next(it) do n = n + 1 end
+        return n
+      end
+      local before = threads()
+      -- an RNR NAK: the retry is the alarm thread's to time
+      local p = V.pair{ personality = "linux-rc", type = "RC", min_rnr_timer = 14, rnr_retry = 7 }
+      assert(p.a:post_send{ mr = p.amr, len = 64, wr_id = 1 })
+      assert(#assert(p.cq_a:wait(1, 0.05)) == 0)
+      local during = threads()
+      assert(p.b:post_recv{ mr = p.bmr, len = 64, wr_id = 2 })
+      assert(#assert(p.cq_a:wait(1, 2)) == 1)
+      V.close(p)
+      local after, t0 = threads(), uv.hrtime()
+      while after > before and uv.hrtime() - t0 < 2e9 do
+        uv.sleep(5)
+        after = threads()
+      end
+      print(string.format("threads %d %d %d", before, during, after))
+    ]])
+    local r = H.run_tbrt({ script }, { timeout = 20 })
+    H.rmtree(dir)
+    assert.equal(0, r.code, H.describe(r))
+    local before, during, after = r.stdout:match("threads (%d+) (%d+) (%d+)")
+    assert.is_not_nil(before, H.describe(r))
+    assert.is_true(tonumber(during) > tonumber(before), "no thread started: " .. r.stdout)
+    assert.equal(tonumber(before), tonumber(after), "a thread of ours outlived the devices")
   end)
 end)

@@ -1,6 +1,9 @@
 /* alarm.c - the soft device's alarm thread (alarm.h): one per process, a
  * list of alarms sorted by due time under one lock, a condition variable on
- * CLOCK_MONOTONIC to sleep until the first is due or a sooner one comes. */
+ * CLOCK_MONOTONIC to sleep until the first is due or a sooner one comes.
+ * It ends by itself once no wire uses it and nothing is set (detached: no
+ * one waits for it, so a wire that closes never blocks on it), and the
+ * next alarm set starts another. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -13,6 +16,7 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond;
 static bool cond_ready, running, fork_hooked;
+static int users;                     /* wires open (soft_alarm_use) */
 static struct soft_alarm *list;       /* by due time, soonest first */
 
 static void unlink_alarm(struct soft_alarm *a)
@@ -37,6 +41,8 @@ static void *alarm_thread(void *arg)
             unlink_alarm(a);
             a->ring(a);         /* under the lock: cancel waits for it */
         }
+        if (!list && users == 0)
+            break;              /* no wire left to serve */
         if (!list) {
             pthread_cond_wait(&cond, &lock);
             continue;
@@ -45,6 +51,8 @@ static void *alarm_thread(void *arg)
                               .tv_nsec = (long)(list->due_ns % 1000000000ull)};
         pthread_cond_timedwait(&cond, &lock, &ts);
     }
+    running = false;            /* under the lock: the next set starts another */
+    pthread_mutex_unlock(&lock);
     return NULL;
 }
 
@@ -56,6 +64,7 @@ static void after_fork_child(void)
     list = NULL;
     running = false;
     cond_ready = false;
+    users = 0;                  /* the parent's wires are the parent's */
 }
 
 static int start_locked(void)
@@ -116,5 +125,20 @@ void soft_alarm_cancel(struct soft_alarm *a)
     pthread_mutex_lock(&lock);
     if (a->due_ns)
         unlink_alarm(a);
+    pthread_mutex_unlock(&lock);
+}
+
+void soft_alarm_use(void)
+{
+    pthread_mutex_lock(&lock);
+    users++;
+    pthread_mutex_unlock(&lock);
+}
+
+void soft_alarm_unuse(void)
+{
+    pthread_mutex_lock(&lock);
+    if (users > 0 && --users == 0 && running)
+        pthread_cond_signal(&cond);     /* it looks whether it may end */
     pthread_mutex_unlock(&lock);
 }

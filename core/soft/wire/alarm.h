@@ -11,7 +11,9 @@
  *   soft_alarm_cancel(&a);                    // before a's memory goes
  *
  * The thread starts with the first alarm set (all signals blocked), and
- * again in a forked child that sets one. */
+ * again in a forked child that sets one; it ends once no wire uses alarms
+ * (soft_alarm_use / soft_alarm_unuse, a wire's open and close) and none is
+ * set, so a process that closed its devices keeps no thread of ours. */
 #ifndef TBRT_SOFT_ALARM_H
 #define TBRT_SOFT_ALARM_H
 
@@ -33,5 +35,8 @@ struct soft_alarm {
 int soft_alarm_set(struct soft_alarm *a, uint64_t due_ns);
 /* Unset a: once this returns its ring is not running and will not run. */
 void soft_alarm_cancel(struct soft_alarm *a);
+/* A wire that may set alarms opened, or closed (its alarms cancelled). */
+void soft_alarm_use(void);
+void soft_alarm_unuse(void);
 
 #endif

@@ -382,6 +382,7 @@ struct soft_wire {
     uint8_t db_used[SHM_MAX_CQ];
     struct soft_wire *next_wire; /* the process's shm wires (shm_mem.c) */
     bool mem_attached;
+    bool alarm_user;            /* holds a use of the alarm thread (alarm.h) */
 };
 
 struct soft_wire_cq {

@@ -37,6 +37,8 @@ static void shm_close(struct soft_wire *w)
     shm_mem_detach(w);
     shm_event_close(w);
     shm_fabric_close(w);
+    if (w->alarm_user)
+        soft_alarm_unuse();
     free(w);
 }
 
@@ -58,6 +60,8 @@ static int shm_open(const struct soft_wire_cfg *cfg, struct soft_wire **out, cha
         return rc;
     }
     shm_mem_attach(w);
+    soft_alarm_use();
+    w->alarm_user = true;
     *out = w;
     return 0;
 }
