@@ -21,15 +21,7 @@ local function pair(o)
   return V.pair(o)
 end
 
-local function fill(buf, off, n, seed)
-  for i = 0, n - 1 do buf[off + i] = (i * 7 + seed) % 251 end
-end
-
-local function first_bad(buf, off, n, seed)
-  for i = 0, n - 1 do
-    if buf[off + i] ~= (i * 7 + seed) % 251 then return i end
-  end
-end
+local fill, first_bad = V.fill, V.first_bad
 
 local function have_tshark()
   return H.run("/bin/sh", { "-c", "command -v tshark" }).code == 0

@@ -18,15 +18,8 @@ local function pair(o)
   return V.pair(o)
 end
 
-local function fill(buf, n, seed)
-  for i = 0, n - 1 do buf[i] = (i * 7 + seed) % 251 end
-end
-
-local function first_bad(buf, off, n, seed)
-  for i = 0, n - 1 do
-    if buf[off + i] ~= (i * 7 + seed) % 251 then return i end
-  end
-end
+local function fill(buf, n, seed) V.fill(buf, 0, n, seed) end
+local first_bad = V.first_bad
 
 -- Send one message of n bytes from a to b and check it arrived whole.
 local function roundtrip(p, n, seed, opts)

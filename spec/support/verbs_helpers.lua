@@ -47,6 +47,18 @@ function V.pair(o)
   return p
 end
 
+-- A message's bytes from its seed at buf + off, and the first of n that is
+-- not (nil: all right).
+function V.fill(buf, off, n, seed)
+  for i = 0, n - 1 do buf[off + i] = (i * 7 + seed) % 251 end
+end
+
+function V.first_bad(buf, off, n, seed)
+  for i = 0, n - 1 do
+    if buf[off + i] ~= (i * 7 + seed) % 251 then return i end
+  end
+end
+
 function V.close(p)
   for _, q in ipairs { p.a, p.b } do if q.q then q:destroy() end end
   p.amr:dereg()
