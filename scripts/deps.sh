@@ -16,7 +16,7 @@ libibverbs-dev lua-busted lua-cjson lua-argparse iproute2 procps"
 PKGS="$PKGS ibverbs-utils perftest rdmacm-utils librdmacm-dev ucx-utils util-linux"
 # tbrt matrix: its plots, and the launchers its specs start for real
 # (OpenSSH's sshd, Open MPI's mpirun, a one-node Slurm with munge)
-PKGS="$PKGS gnuplot-nox openssh-client openssh-server openmpi-bin slurmctld slurmd slurm-client munge"
+PKGS="$PKGS gnuplot-nox openssh-client openssh-server openmpi-bin mpich slurmctld slurmd slurm-client munge"
 # the soft device's UDP wire: tshark decodes its captures (spec/soft_pcap_spec.lua)
 PKGS="$PKGS tshark"
 if [ "${1:-}" = bench ]; then
