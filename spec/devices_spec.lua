@@ -163,7 +163,9 @@ describe("tbrt devices", function()
     r = devices({ "-d", "soft0", "-i", "2", "-v" })
     ok_run(r)
     assert.matches("max_qp:%s+10\n", r.stdout)
-    assert.matches("GID%[%s*1%]:%s+0000:0000:0000:0000:0000:ffff:7f00:0001  %(::ffff:127%.0%.0%.1%)", r.stdout)
+    local lo = require("verbs_helpers").loopback_index("soft0", 2)
+    assert.matches("GID%[%s*" .. lo .. "%]:%s+0000:0000:0000:0000:0000:ffff:7f00:0001  " ..
+      "%(::ffff:127%.0%.0%.1%)", r.stdout)
 
     r = devices({ "-d", "nosuch0" })
     ok_run(r, 1)

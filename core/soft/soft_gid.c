@@ -3,8 +3,10 @@
  * As on Thunderbolt and RoCE, GIDs come from the host's addresses, so the
  * engine can find "the GID equal to the bootstrap socket's local address":
  * index 0 is the link-local GID (fe80:: + the port's EUI-64), then the
- * IPv4-mapped GIDs (::ffff:a.b.c.d) of this host's IPv4 addresses, 127.0.0.1
- * included, then its IPv6 addresses. A RoCE personality (linux-rc) lists
+ * IPv4-mapped GIDs (::ffff:a.b.c.d) of this host's IPv4 addresses, then its
+ * IPv6 addresses; in each family the loopback interface's (127.0.0.1, ::1)
+ * come last, so a program that takes the first IPv4 RoCE v2 GID (perftest
+ * without -x) gets one a peer elsewhere can reach. A RoCE personality (linux-rc) lists
  * every address twice, RoCE v1 then v2, like mlx5; the Apple personality
  * has no GID types at all (its provider does not report them). A port that
  * is not ACTIVE (now: its state can change at run time) shows only its
@@ -54,9 +56,13 @@ void soft_gid_build(struct soft_dev *sd)
                           0x02 ^ 0x02, 0x54, 0x42, 0xff, 0xfe, (uint8_t)sd->index,
                           (uint8_t)(port + 1), 0x01};
         add_both(sd, port, ll);
-        for (int fam = 0; fam < 2; fam++)
+        /* IPv4 then IPv6, each family's loopback addresses after the others */
+        for (int pass = 0; pass < 4; pass++)
             for (struct ifaddrs *a = ifa; a; a = a->ifa_next) {
-                if (!a->ifa_addr || !(a->ifa_flags & IFF_UP))
+                int fam = pass / 2;
+                bool lo_pass = pass % 2;
+                if (!a->ifa_addr || !(a->ifa_flags & IFF_UP) ||
+                    !(a->ifa_flags & IFF_LOOPBACK) != !lo_pass)
                     continue;
                 /* a device bound to an interface has its addresses only */
                 if (sd->netdev[0] && (!a->ifa_name || strcmp(a->ifa_name, sd->netdev) != 0))

@@ -16,6 +16,15 @@ function V.loopback_gid(dev, port)
   return best
 end
 
+-- The same of a soft device opened for the asking (the index a link or a
+-- program of this host picks for 127.0.0.1).
+function V.loopback_index(name, port)
+  local dev = assert(verbs.open(name))
+  local i = V.loopback_gid(dev, port)
+  dev:close()
+  return i
+end
+
 -- A device with two QPs of this process connected to each other.
 -- o: personality, type ("UC"/"RC"/...), port, depth, mr_len, recv_sge,
 -- inline (max_inline_data), wire, faults, pcap, and connect options
