@@ -12,8 +12,10 @@
  *                side's faults, held packets that are due (udp_ep.h: the
  *                three files' shared insides)
  *   udp_pcap.c   the capture file (pcapng: Ethernet/IP/UDP framed)
- *   udp_req.c    the requester: segmentation by path MTU, PSNs, ACKs, NAKs,
- *                go-back-N, the retransmit and RNR timers, READ responses
+ *   udp_req.c    the requester: segmentation by path MTU, PSNs, the window,
+ *                end-to-end credits, the tail probe
+ *   udp_ack.c    ... what comes back: ACKs, NAKs, go-back-N, RNR NAKs, READ
+ *                responses, and its timers (udp_req.h: the two's helpers)
  *   udp_resp.c   the responder: PSN checks, duplicates, placing data into
  *                posted receives and registered memory, ACK/NAK/RNR NAK,
  *                READ responses, the UD GRH, apple-uc's receive credits
