@@ -28,11 +28,36 @@ local function mpirun_skip(command, package)
   end
 end
 
+-- Run the matrix file `text` of 4 ranks and check every rank, cell and
+-- measurement: the ranks numbered 0..3 from `rank_from`, ncells cells and
+-- nmeas measurements, all ok.
+local function run_4(text, rank_from, ncells, nmeas)
+  local r, out, _, dir = E.run_matrix(text, {}, { timeout = 120 })
+  assert.equal(0, r.code, H.describe(r))
+  local list = E.results(out)
+  local run = E.of_kind(list, "run")[1]
+  assert.equal(4, #run.hosts)
+  for i, h in ipairs(run.hosts) do
+    assert.equal(i - 1, h.rank)
+    assert.equal(rank_from, h.rank_from)
+  end
+  local cells_ = E.of_kind(list, "cell")
+  assert.equal(ncells, #cells_)
+  for _, c in ipairs(cells_) do assert.equal("ok", c.status, c.cell) end
+  local n = 0
+  for _, m in ipairs(E.of_kind(list, "measurement")) do
+    assert.is_true(m.ok, m.error)
+    n = n + 1
+  end
+  assert.equal(nmeas, n)
+  H.rmtree(dir)
+end
+
 describe("tbrt matrix under mpirun", function()
   it("runs 4 Open MPI ranks pairwise and in bisection over tcp and soft", function()
     local why = E.heavy_skip() or mpirun_skip()
     if why then return pending(why) end
-    local text = [[return {
+    run_4([[return {
   name = "mpi4",
   hosts = { mpirun = { np = 4, args = { "--oversubscribe", "--allow-run-as-root" } } },
   patterns = { "pairwise", "bisection" },
@@ -40,32 +65,14 @@ describe("tbrt matrix under mpirun", function()
   link = { personality = "linux-rc" },
   measure = { lat_bytes = 2 ^ 18, bw_bytes = 2 ^ 21 },
   timeout = 30,
-}]]
-    local r, out, _, dir = E.run_matrix(text, {}, { timeout = 120 })
-    assert.equal(0, r.code, H.describe(r))
-    local list = E.results(out)
-    local run = E.of_kind(list, "run")[1]
-    assert.equal(4, #run.hosts)
-    for i, h in ipairs(run.hosts) do
-      assert.equal(i - 1, h.rank)
-      assert.equal("openmpi", h.rank_from)
-    end
-    local cells_ = E.of_kind(list, "cell")
-    assert.equal(8, #cells_)
-    for _, c in ipairs(cells_) do assert.equal("ok", c.status, c.cell) end
-    local n = 0
-    for _, m in ipairs(E.of_kind(list, "measurement")) do
-      assert.is_true(m.ok, m.error)
-      n = n + 1
-    end
-    assert.equal(2 * 2 * (6 + 2), n)
-    H.rmtree(dir)
+}]], "openmpi", 8, 2 * 2 * (6 + 2))
   end)
 
   it("runs 4 MPICH ranks (hydra, PMI_RANK) pairwise over tcp and soft", function()
     local why = E.heavy_skip() or mpirun_skip("mpiexec.mpich", "mpich")
     if why then return pending(why) end
-    local text = [[return {
+    -- 2 devices x the 6 pairs of 4 ranks
+    run_4([[return {
   name = "mpich4",
   hosts = { mpirun = { np = 4, command = "mpiexec.mpich" } },
   patterns = { "pairwise" },
@@ -73,25 +80,6 @@ describe("tbrt matrix under mpirun", function()
   link = { personality = "linux-rc" },
   measure = { lat_bytes = 2 ^ 18, bw_bytes = 2 ^ 21 },
   timeout = 30,
-}]]
-    local r, out, _, dir = E.run_matrix(text, {}, { timeout = 120 })
-    assert.equal(0, r.code, H.describe(r))
-    local list = E.results(out)
-    local run = E.of_kind(list, "run")[1]
-    assert.equal(4, #run.hosts)
-    for i, h in ipairs(run.hosts) do
-      assert.equal(i - 1, h.rank)
-      assert.equal("pmi", h.rank_from)
-    end
-    local cells_ = E.of_kind(list, "cell")
-    assert.equal(2, #cells_)
-    for _, c in ipairs(cells_) do assert.equal("ok", c.status, c.cell) end
-    local n = 0
-    for _, m in ipairs(E.of_kind(list, "measurement")) do
-      assert.is_true(m.ok, m.error)
-      n = n + 1
-    end
-    assert.equal(2 * 6, n)      -- 2 devices x the 6 pairs of 4 ranks
-    H.rmtree(dir)
+}]], "pmi", 2, 2 * 6)
   end)
 end)

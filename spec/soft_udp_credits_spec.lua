@@ -67,22 +67,31 @@ describe("soft UDP wire RC flow control", function()
   end)
 
   it("says a lost NAK sequence error again when the tail probe meets the gap", function()
-    p = pair{ mtu = 1024, timeout = 14 }    -- 67 ms a try
-    for i = 0, 7 do assert(p.b:post_recv{ mr = p.bmr, len = 4096, offset = i * 4096 }) end
     -- a's 4th packet is lost (the 3-packet message's MIDDLE), and b's 3rd
-    -- (the NAK sequence error for it, after the ACKs of two messages)
-    assert(p.dev:faults{ { qp = p.a.num, drop_every = 4 }, { qp = p.b.num, drop_every = 3 } })
-    for m = 1, 3 do
-      local n = m < 3 and 100 or 3000
-      fill(p.abuf, 0, n, m)
-      assert(p.a:post_send{ mr = p.amr, len = n })
-      local r = assert(p.cq_b:wait(1, 5))
-      assert.equal("IBV_WC_SUCCESS", r[1].status, r[1].why)
-      assert.is_nil(first_bad(p.bbuf, (m - 1) * 4096, n, m), "message " .. m)
-      assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1, 5))[1].status)
+    -- (the NAK sequence error for it, after the ACKs of two messages). The
+    -- drops count packets: on a loaded machine an extra one (a tail probe
+    -- of an earlier message, an ACK for a credit) can come first, and no
+    -- gap is made (no NAK at all); then the scenario is set up again.
+    local st
+    for _ = 1, 5 do
+      p = pair{ mtu = 1024, timeout = 14 }  -- 67 ms a try
+      for i = 0, 7 do assert(p.b:post_recv{ mr = p.bmr, len = 4096, offset = i * 4096 }) end
+      assert(p.dev:faults{ { qp = p.a.num, drop_every = 4 }, { qp = p.b.num, drop_every = 3 } })
+      for m = 1, 3 do
+        local n = m < 3 and 100 or 3000
+        fill(p.abuf, 0, n, m)
+        assert(p.a:post_send{ mr = p.amr, len = n })
+        local r = assert(p.cq_b:wait(1, 5))
+        assert.equal("IBV_WC_SUCCESS", r[1].status, r[1].why)
+        assert.is_nil(first_bad(p.bbuf, (m - 1) * 4096, n, m), "message " .. m)
+        assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1, 5))[1].status)
+      end
+      assert(p.dev:faults{})
+      st = p.dev:stats()
+      if st.naks_sent > 0 then break end
+      V.close(p)
+      p = nil
     end
-    assert(p.dev:faults{})
-    local st = p.dev:stats()
     assert.is_true(st.naks_sent >= 2, "NAKs sent: " .. st.naks_sent)
     assert.equal(0, st.timeouts, "the retransmit timer fired")
   end)
@@ -103,9 +112,11 @@ describe("soft UDP wire RC flow control", function()
       assert(p.a:post_send{ mr = p.amr, len = n, offset = m * 4096, wr_id = m })
     end
     -- the receiver reposts each receive as it has checked its message
-    -- (slow: reposts that came 3 ms or more after the one before, as on a
-    -- loaded machine; a SEND that waited 4 ms for one goes anyway)
-    local done, idle, slow, last = 0, 0, 0, uv.hrtime()
+    -- (slow: reposts that came 2 ms or more after the one before, as on a
+    -- loaded machine: a SEND that waited 4 ms for credits goes anyway, and
+    -- meets an RNR NAK every 10 us (min_rnr_timer 1) until the receive
+    -- comes; each such gap allows that many more)
+    local done, idle, slow, slow_allow, last = 0, 0, 0, 0, uv.hrtime()
     while done < msgs do
       local got_b = assert(p.cq_b:wait(1, 0.1))
       idle = #got_b == 0 and idle + 1 or 0
@@ -117,7 +128,10 @@ describe("soft UDP wire RC flow control", function()
         assert.is_nil(first_bad(p.bbuf, slot * 4096, n, done % 200 + 2), "message " .. done)
         assert(p.b:post_recv{ mr = p.bmr, len = 4096, offset = slot * 4096, wr_id = slot })
         local now = uv.hrtime()
-        if now - last >= 3e6 then slow = slow + 1 end
+        if now - last >= 2e6 then
+          slow = slow + 1
+          slow_allow = slow_allow + 1 + math.ceil((now - last) / 10e3)
+        end
         last = now
       end
     end
@@ -137,7 +151,7 @@ describe("soft UDP wire RC flow control", function()
     -- descheduled that long on a loaded machine) goes to meet one
     local rnr = st.rnr_naks_recv - before.rnr_naks_recv
     local resent = st.rnr_resends - before.rnr_resends
-    local allowed = msgs / 4 + slow
+    local allowed = msgs / 4 + slow_allow
     assert.is_true(rnr <= allowed, string.format("RNR NAKs in the stream: %d (%d reposts slow)",
       rnr, slow))
     assert.is_true(resent <= allowed * 3, "packets sent again after RNR NAKs: " .. resent)
