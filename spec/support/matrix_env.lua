@@ -56,8 +56,10 @@ end
 function E.run_matrix(text, args, opts)
   opts = opts or {}
   local dir = opts.dir or H.tmpdir()
-  -- removed when the test ends, passed or failed (busted's finally)
-  if not opts.dir and type(finally) == "function" then finally(function() H.rmtree(dir) end) end
+  -- removed when the test ends, passed or failed: busted's finally is the
+  -- spec's (in its environment, where the caller lives), not this module's
+  local fin = getfenv(2).finally
+  if not opts.dir and type(fin) == "function" then fin(function() H.rmtree(dir) end) end
   local path = dir .. "/" .. (opts.name or "m.lua")
   if text then H.write_file(path, text) end
   local argv = { "matrix", path, "--out", dir .. "/out" }

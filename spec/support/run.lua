@@ -32,17 +32,38 @@ if own_fabric then ffi.C.setenv("TBRT_SOFT_FABRIC", fabric, 1) end
 if not os.getenv("TBRT_SOFT_UDP_PORT") then
   ffi.C.setenv("TBRT_SOFT_UDP_PORT", tostring(20000 + ffi.C.getpid() % 30000), 1)
 end
-local function remove_fabric()
-  if not own_fabric then return end
+local function shm_dir()
   local dir = os.getenv("TBRT_SHM_DIR") or ("/dev/shm/tbrt-" .. (os.getenv("UID") or "0"))
   local p = io.popen("id -u")
   if p then
     local uid = p:read("*l") ; p:close()
     if not os.getenv("TBRT_SHM_DIR") and uid then dir = "/dev/shm/tbrt-" .. uid end
   end
+  return dir
+end
+
+local function remove_fabric()
+  if not own_fabric then return end
+  local dir = shm_dir()
   for _, pers in ipairs { "apple-uc", "linux-rc" } do
     os.remove(dir .. "/" .. fabric .. "-" .. pers)              -- the registry
     os.remove(dir .. "/" .. fabric .. "-" .. pers .. ".faults") -- port states
+  end
+end
+
+-- and those of runs that died (killed, crashed) before they could
+do
+  local uv = require("luv")
+  local dir = shm_dir()
+  local it = uv.fs_scandir(dir)
+  while it do
+    local name = uv.fs_scandir_next(it)
+    if not name then break end
+    local pid = tonumber(name:match("^spec%-(%d+)%-"))
+    if pid and pid ~= ffi.C.getpid() then
+      local _, err = uv.kill(pid, 0)
+      if err and err:match("ESRCH") then os.remove(dir .. "/" .. name) end
+    end
   end
 end
 
