@@ -71,6 +71,7 @@ struct soft_personality {
     enum ibv_mtu mtu;
 };
 
+/* soft_personality.c */
 const struct soft_personality *soft_personality_find(const char *name);
 const char *soft_personality_names(void);
 
@@ -318,6 +319,13 @@ bool soft_netdev_name(int index, char *out, size_t len);
 int soft_netdev_count(void);
 const char *soft_netdev_why(const char *name, char *buf, size_t len);
 int soft_netdev_port_state(struct soft_dev *sd, int port);
+
+/* soft_query.c: the device's queries (tbrt_soft_ops) */
+int soft_query_device(tbrt_dev *dev, struct ibv_device_attr *a);
+int soft_query_port(tbrt_dev *dev, uint8_t port, struct ibv_port_attr *a);
+int soft_counters(tbrt_dev *dev, uint32_t qpn, const char **names, uint64_t *values, int max);
+const char *soft_describe(tbrt_dev *dev);
+const char *soft_vendor_err(tbrt_dev *dev, uint32_t code);
 
 /* soft_gid.c */
 void soft_gid_build(struct soft_dev *sd);
