@@ -68,20 +68,22 @@ static uintptr_t page_size(void)
     return ps;
 }
 
-/* One mapping: where it is, whether it is private writable anonymous, and
- * whether it is writable at all. */
+/* One mapping: where it is, whether it is private writable anonymous,
+ * whether it is writable at all, and whether it is shared, of which file
+ * (inode) from which offset. */
 struct vma {
     uintptr_t start, end;
-    bool anon_rw, writable;
-    bool shared;                /* for copy_out: the file mapped, at which offset */
+    bool anon_rw, writable, shared;
     uint64_t inode, offset;
 };
 
-/* The mapping holding addr, asked of the kernel: 1, 0 when addr is in no
- * mapping, -1 when the kernel has no PROCMAP_QUERY. */
-static int vma_query(int fd, uintptr_t addr, struct vma *v)
+/* The mapping holding addr (next: or else the next one above it), asked of
+ * the kernel: 1, 0 when there is none, -1 when the kernel has no
+ * PROCMAP_QUERY. */
+static int vma_query(int fd, uintptr_t addr, bool next, struct vma *v)
 {
-    struct shm_procmap_query q = {.size = sizeof q, .query_addr = addr};
+    struct shm_procmap_query q = {.size = sizeof q, .query_addr = addr,
+                                  .query_flags = next ? SHM_PROCMAP_COVERING_OR_NEXT : 0};
     if (ioctl(fd, SHM_PROCMAP_QUERY, &q) != 0)
         return errno == ENOENT ? 0 : -1;
     *v = (struct vma){.start = (uintptr_t)q.vma_start, .end = (uintptr_t)q.vma_end,
@@ -90,8 +92,30 @@ static int vma_query(int fd, uintptr_t addr, struct vma *v)
                                                  SHM_PROCMAP_SHARED)) ==
                                      (SHM_PROCMAP_READABLE | SHM_PROCMAP_WRITABLE),
                       .writable = (q.vma_flags & (SHM_PROCMAP_READABLE | SHM_PROCMAP_WRITABLE)) ==
-                                  (SHM_PROCMAP_READABLE | SHM_PROCMAP_WRITABLE)};
+                                  (SHM_PROCMAP_READABLE | SHM_PROCMAP_WRITABLE),
+                      .shared = (q.vma_flags & SHM_PROCMAP_SHARED) != 0,
+                      .inode = q.inode, .offset = q.vma_offset};
     return 1;
+}
+
+/* One line of /proc/self/maps as a mapping; false for a line it is not. */
+static bool maps_line(const char *line, struct vma *v)
+{
+    uintptr_t a, b;
+    char perms[8] = "";
+    unsigned long long off;
+    unsigned dmaj, dmin;
+    unsigned long ino;
+    int name_at = 0;
+    if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s %llx %x:%x %lu %n", &a, &b, perms, &off,
+               &dmaj, &dmin, &ino, &name_at) < 7)
+        return false;
+    const char *name = name_at ? line + name_at : "";
+    bool anon = ino == 0 && (name[0] == '\n' || name[0] == 0 || name[0] == '[');
+    *v = (struct vma){.start = a, .end = b, .anon_rw = anon && strncmp(perms, "rw-p", 4) == 0,
+                      .writable = strncmp(perms, "rw", 2) == 0, .shared = perms[3] == 's',
+                      .inode = ino, .offset = off};
+    return true;
 }
 
 /* The same from the text of /proc/self/maps (kernels before 6.11): every
@@ -103,26 +127,14 @@ static bool vma_scan(FILE *f, uintptr_t s, uintptr_t e, bool (*fn)(const struct 
     char line[512];
     uintptr_t covered = s;
     while (covered < e && fgets(line, sizeof line, f)) {
-        uintptr_t a, b;
-        char perms[8] = "";
-        unsigned long long off;
-        unsigned dmaj, dmin;
-        unsigned long ino;
-        int name_at = 0;
-        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s %llx %x:%x %lu %n", &a, &b, perms, &off,
-                   &dmaj, &dmin, &ino, &name_at) < 7)
+        struct vma v;
+        if (!maps_line(line, &v) || v.end <= covered || v.start >= e)
             continue;
-        if (b <= covered || a >= e)
-            continue;
-        if (a > covered)
+        if (v.start > covered)
             return false;       /* a hole */
-        const char *name = name_at ? line + name_at : "";
-        bool anon = ino == 0 && (name[0] == '\n' || name[0] == 0 || name[0] == '[');
-        struct vma v = {.start = a, .end = b, .anon_rw = anon && strncmp(perms, "rw-p", 4) == 0,
-                        .writable = strncmp(perms, "rw", 2) == 0};
         if (!fn(&v, arg))
             return false;
-        covered = b;
+        covered = v.end;
     }
     return covered >= e;
 }
@@ -155,7 +167,7 @@ int shm_pages_kind(uintptr_t s, uintptr_t e, bool (*ours)(uintptr_t, uintptr_t))
     int rc = 1;
     for (uintptr_t p = s; ok && p < e;) {
         struct vma v;
-        if ((rc = vma_query(fd, p, &v)) <= 0)
+        if ((rc = vma_query(fd, p, false, &v)) <= 0)
             break;
         ok = vma_ok(&v, &c);
         p = v.end;
@@ -238,14 +250,15 @@ int shm_pages_copy_in(int fd, uintptr_t base, uintptr_t s, uintptr_t e,
     return rc;
 }
 
-/* Put private pages under [a, b) holding fd's data from offset a - s. */
-static bool copy_out_part(int fd, uintptr_t s, uintptr_t a, uintptr_t b)
+/* Put private pages under [a, b) holding fd's data from offset a - s
+ * (failing, the shared pages stay: still correct). */
+static void copy_out_part(int fd, uintptr_t s, uintptr_t a, uintptr_t b)
 {
     size_t len = b - a;
     off_t base = (off_t)(a - s), end = (off_t)(b - s);
     char *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (tmp == MAP_FAILED)
-        return false;           /* keep the shared pages: still correct */
+        return;
     off_t at = base;
     bool ok = true;
     while (ok && at < end) {
@@ -268,102 +281,66 @@ static bool copy_out_part(int fd, uintptr_t s, uintptr_t a, uintptr_t b)
         at = h;
     }
     /* the private pages take the place of the shared ones in one step */
-    if (!ok || mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a) == MAP_FAILED) {
-        munmap(tmp, len);       /* keep the shared pages: still correct */
-        return false;
-    }
-    return true;
+    if (!ok || mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a) == MAP_FAILED)
+        munmap(tmp, len);
 }
 
-struct copy_out {
-    int fd;
-    uintptr_t s, e;
-    uint64_t ino;
-    bool move;                  /* false: only count */
-    size_t gone;                /* bytes no longer mapped from fd */
-};
-
-/* One mapping over the backing: ours (fd, at the offset it was mapped at)
- * gets its private pages back; anything else was put there after the
- * owner unmapped the registered memory, and is left exactly as it is. */
-static bool copy_out_vma(const struct vma *v, void *arg)
+/* The part of mapping v over [s, e): ours (fd's inode, at the offset it was
+ * mapped at) gets its private pages back when move is set; anything else
+ * was put there after the owner unmapped the registered memory, is left
+ * exactly as it is, and counted. */
+static size_t copy_out_vma(const struct vma *v, int fd, uint64_t ino, uintptr_t s, uintptr_t e,
+                           bool move)
 {
-    struct copy_out *c = arg;
-    uintptr_t a = TBRT_MAX(v->start, c->s), b = TBRT_MIN(v->end, c->e);
-    if (v->shared && v->inode == c->ino && v->offset + (a - v->start) == a - c->s) {
-        if (c->move)
-            copy_out_part(c->fd, c->s, a, b);
-    } else
-        c->gone += b - a;
-    return true;
-}
-
-/* The same from the text of /proc/self/maps (kernels before 6.11). */
-static void copy_out_text(FILE *f, struct copy_out *c)
-{
-    char line[512];
-    size_t mapped = 0;
-    while (fgets(line, sizeof line, f)) {
-        uintptr_t a, b;
-        char perms[8] = "";
-        unsigned long long off;
-        unsigned dmaj, dmin;
-        unsigned long ino;
-        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s %llx %x:%x %lu", &a, &b, perms, &off,
-                   &dmaj, &dmin, &ino) < 7 || b <= c->s || a >= c->e)
-            continue;
-        struct vma v = {.start = a, .end = b, .shared = perms[3] == 's', .inode = ino,
-                        .offset = off};
-        mapped += TBRT_MIN(b, c->e) - TBRT_MAX(a, c->s);
-        copy_out_vma(&v, c);
-    }
-    c->gone += (c->e - c->s) - mapped;
+    uintptr_t a = TBRT_MAX(v->start, s), b = TBRT_MIN(v->end, e);
+    if (!v->shared || v->inode != ino || v->offset + (a - v->start) != a - s)
+        return b - a;
+    if (move)
+        copy_out_part(fd, s, a, b);
+    return 0;
 }
 
 /* Each mapping over [s, e) through copy_out_vma; the bytes not mapped from
- * fd at their offset. */
+ * fd at their offset (holes included). */
 static size_t over_mappings(int fd, uintptr_t s, uintptr_t e, bool move)
 {
     struct stat st;
-    if (fstat(fd, &st) != 0)
-        return 0;               /* keep the shared pages: still correct */
-    struct copy_out c = {.fd = fd, .s = s, .e = e, .ino = (uint64_t)st.st_ino, .move = move};
-    int mfd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    int mfd = fstat(fd, &st) == 0 ? open("/proc/self/maps", O_RDONLY | O_CLOEXEC) : -1;
     if (mfd < 0)
-        return 0;
-    for (uintptr_t p = s; p < e;) {
-        /* the mapping holding p, or else the next one */
-        struct shm_procmap_query q = {.size = sizeof q, .query_addr = p,
-                                      .query_flags = SHM_PROCMAP_COVERING_OR_NEXT};
-        if (ioctl(mfd, SHM_PROCMAP_QUERY, &q) != 0) {
-            if (errno != ENOENT) {      /* no PROCMAP_QUERY: the text, all of it */
-                FILE *f = fdopen(mfd, "r");
-                if (!f)
-                    break;
-                c.gone = 0;
-                copy_out_text(f, &c);
-                fclose(f);
-                return c.gone;
-            }
-            c.gone += e - p;            /* nothing mapped from p on */
+        return 0;               /* no way to know: keep the shared pages, still correct */
+    uint64_t ino = (uint64_t)st.st_ino;
+    size_t gone = 0;
+    uintptr_t p = s;
+    int rc = 1;
+    while (p < e) {
+        struct vma v;
+        if ((rc = vma_query(mfd, p, true, &v)) <= 0 || v.start >= e)
             break;
-        }
-        if (q.vma_start >= e) {
-            c.gone += e - p;
-            break;
-        }
-        if (q.vma_start > p)
-            c.gone += (uintptr_t)q.vma_start - p;
-        struct vma v = {.start = TBRT_MAX((uintptr_t)q.vma_start, p),
-                        .end = (uintptr_t)q.vma_end,
-                        .shared = (q.vma_flags & SHM_PROCMAP_SHARED) != 0, .inode = q.inode,
-                        .offset = q.vma_offset + (TBRT_MAX((uintptr_t)q.vma_start, p) -
-                                                  (uintptr_t)q.vma_start)};
-        copy_out_vma(&v, &c);
-        p = (uintptr_t)q.vma_end;
+        gone += v.start > p ? v.start - p : 0;
+        gone += copy_out_vma(&v, fd, ino, s, e, move);
+        p = v.end;
     }
-    close(mfd);
-    return c.gone;
+    if (rc < 0) {               /* no PROCMAP_QUERY: the text, all of it */
+        FILE *f = fdopen(mfd, "r");
+        if (!f) {
+            close(mfd);
+            return 0;
+        }
+        char line[512];
+        struct vma v;
+        gone = 0;
+        p = s;
+        while (fgets(line, sizeof line, f))
+            if (maps_line(line, &v) && v.end > p && v.start < e) {
+                gone += v.start > p ? v.start - p : 0;
+                gone += copy_out_vma(&v, fd, ino, s, e, move);
+                p = v.end;
+            }
+        fclose(f);
+    } else {
+        close(mfd);
+    }
+    return gone + (p < e ? e - p : 0);
 }
 
 size_t shm_pages_copy_out(int fd, uintptr_t s, uintptr_t e)
