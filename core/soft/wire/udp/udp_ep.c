@@ -299,14 +299,6 @@ bool udp_ep_can(struct udp_ep *ep, const uint8_t gid[16])
 
 /* ---- queue pairs by number ---------------------------------------------------- */
 
-struct soft_wire_qp *udp_ep_qp_find(struct udp_ep *ep, uint32_t qpn)
-{
-    for (struct soft_wire_qp *q = ep->qps[qpn % QP_BUCKETS]; q; q = q->ep_next)
-        if (q->qpn == qpn)
-            return q;
-    return NULL;
-}
-
 int udp_ep_qp_add(struct udp_ep *ep, struct soft_wire_qp *q, uint32_t want, char *why,
                   size_t len)
 {

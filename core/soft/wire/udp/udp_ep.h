@@ -106,8 +106,15 @@ struct udp_ep {
     uint8_t rbuf[BATCH][RX_BUF];
 };
 
-/* udp_ep.c: the queue pair numbered qpn on this endpoint, or NULL. */
-struct soft_wire_qp *udp_ep_qp_find(struct udp_ep *ep, uint32_t qpn);
+/* The queue pair numbered qpn on this endpoint, or NULL (every packet that
+ * arrives asks: inline). */
+static inline struct soft_wire_qp *udp_ep_qp_find(struct udp_ep *ep, uint32_t qpn)
+{
+    for (struct soft_wire_qp *q = ep->qps[qpn % QP_BUCKETS]; q; q = q->ep_next)
+        if (q->qpn == qpn)
+            return q;
+    return NULL;
+}
 
 /* udp_tx.c */
 void udp_gid_to_sa(const uint8_t gid[16], uint16_t port, struct sockaddr_in6 *sa);
