@@ -50,14 +50,7 @@ local function pingpong_ends(out)
     out:match("local address:[^\n]-GID (%S+)"), out:match("remote address:[^\n]-GID (%S+)")
 end
 
--- perftest's result row under its "#bytes" header: the numbers of the row.
-local function perftest_row(out)
-  local row = out:match("#bytes[^\n]*\n%s*(%d[^\n]*)")
-  if not row then return nil end
-  local nums = {}
-  for n in row:gmatch("[%d.]+") do nums[#nums + 1] = tonumber(n) end
-  return nums
-end
+local perftest_row = X.perftest_row
 
 describe("Debian's verbs programs between two network namespaces (tbrt exec --wire udp)", function()
   local why = skip_why()
@@ -253,23 +246,21 @@ describe("Debian's verbs programs between two network namespaces (tbrt exec --wi
       return "255:255:" .. table.concat(t, ":")
     end
 
-    it("perftest's own GID choice (no -x) when each device is bound to its veth (TBRT_SOFT_NETDEVS)", function()
+    -- ib_send_bw without -x: both ends chose their veth's address
+    local function own_gid_choice(o)
       if why then return pending(why) end
-      local srv, cli, d = bw({ "ib_send_bw", "-n", "200" }, 65536, { netdev = true })
+      local srv, cli, d = bw({ "ib_send_bw", "-n", "200" }, 65536, o)
       for _, r in ipairs { srv, cli } do
         contains(r.stdout, perftest_gid(addr[1]), d)
         contains(r.stdout, perftest_gid(addr[2]), d)
       end
-    end)
+    end
 
-    it("perftest's own GID choice (no -x) on a device of all addresses: 127.0.0.1 comes last", function()
-      if why then return pending(why) end
-      local srv, cli, d = bw({ "ib_send_bw", "-n", "200" }, 65536, { own_gid = true })
-      for _, r in ipairs { srv, cli } do
-        contains(r.stdout, perftest_gid(addr[1]), d)
-        contains(r.stdout, perftest_gid(addr[2]), d)
-      end
-    end)
+    it("perftest's own GID choice (no -x) when each device is bound to its veth (TBRT_SOFT_NETDEVS)",
+      function() own_gid_choice{ netdev = true } end)
+
+    it("perftest's own GID choice (no -x) on a device of all addresses: 127.0.0.1 comes last",
+      function() own_gid_choice{ own_gid = true } end)
 
     it("ib_send_bw -R: rdma_cm (tbrt's librdmacm over TCP) resolves the address to the soft GID", function()
       if why then return pending(why) end

@@ -44,14 +44,7 @@ local function check_pingpong(srv, cli, iters)
   assert.equal(cl, sr, d)
 end
 
--- perftest's result row under its "#bytes" header: the numbers of the row.
-local function perftest_row(out)
-  local row = out:match("#bytes[^\n]*\n%s*(%d[^\n]*)")
-  if not row then return nil end
-  local nums = {}
-  for n in row:gmatch("[%d.]+") do nums[#nums + 1] = tonumber(n) end
-  return nums
-end
+local perftest_row = X.perftest_row
 
 describe("Debian's verbs programs on tbrt's libibverbs (tbrt exec)", function()
   if #missing > 0 then

@@ -147,4 +147,13 @@ function X.ok_pair(srv, cli)
   return d
 end
 
+-- perftest's result row under its "#bytes" header: the numbers of the row.
+function X.perftest_row(out)
+  local row = out:match("#bytes[^\n]*\n%s*(%d[^\n]*)")
+  if not row then return nil end
+  local nums = {}
+  for n in row:gmatch("[%d.]+") do nums[#nums + 1] = tonumber(n) end
+  return nums
+end
+
 return X
