@@ -60,9 +60,8 @@ void soft_gid_build(struct soft_dev *sd)
         for (int pass = 0; pass < 4; pass++)
             for (struct ifaddrs *a = ifa; a; a = a->ifa_next) {
                 int fam = pass / 2;
-                bool lo_pass = pass % 2;
-                if (!a->ifa_addr || !(a->ifa_flags & IFF_UP) ||
-                    !(a->ifa_flags & IFF_LOOPBACK) != !lo_pass)
+                bool loopback_pass = pass % 2, loopback = (a->ifa_flags & IFF_LOOPBACK) != 0;
+                if (!a->ifa_addr || !(a->ifa_flags & IFF_UP) || loopback != loopback_pass)
                     continue;
                 /* a device bound to an interface has its addresses only */
                 if (sd->netdev[0] && (!a->ifa_name || strcmp(a->ifa_name, sd->netdev) != 0))
