@@ -51,27 +51,31 @@ local function remove_fabric()
   end
 end
 
--- and those of runs that died (killed, crashed) before they could
-do
+-- and what processes that died (killed, crashed) left there: the fabrics
+-- of earlier runs, the wake-up sockets of peers the specs killed. Before
+-- the run and after it.
+local function sweep_dead()
   local uv = require("luv")
   local dir = shm_dir()
   local it = uv.fs_scandir(dir)
   while it do
     local name = uv.fs_scandir_next(it)
     if not name then break end
-    local pid = tonumber(name:match("^spec%-(%d+)%-"))
+    local pid = tonumber(name:match("^spec%-(%d+)%-") or name:match("^wake%-(%d+)%-"))
     if pid and pid ~= ffi.C.getpid() then
       local _, err = uv.kill(pid, 0)
       if err and err:match("ESRCH") then os.remove(dir .. "/" .. name) end
     end
   end
 end
+sweep_dead()
 
 -- busted ends a run with failures by raising error() with no message when
 -- it was started from a file under Lua 5.1 (its "exit" does that so the
 -- caller can clean up); turn that into exit code 1, after the summary line.
 local ok, err = pcall(require("busted.runner"), { standalone = false })
 remove_fabric()
+sweep_dead()
 if not ok then
   if err ~= nil then error(err, 0) end
   io.stdout:flush()

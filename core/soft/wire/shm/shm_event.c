@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -21,6 +22,28 @@
 
 #include "soft/wire/shm/shm.h"
 #include "util/util.h"
+
+/* A process that exits with devices still open takes its wake-up sockets
+ * along (exit() runs this; after a crash the next process's sweep does,
+ * shm_fabric.c): the directory of the first one bound, every
+ * wake-<our pid>-... in it. */
+static char exit_dir[sizeof ((struct soft_wire *)0)->shm_dir];
+static atomic_bool exit_hooked;
+
+static void unlink_own_wakes(void)
+{
+    DIR *d = opendir(exit_dir);
+    if (!d)
+        return;
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "wake-%d-", (int)getpid());
+    size_t pl = strlen(prefix);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (strncmp(de->d_name, prefix, pl) == 0)
+            unlinkat(dirfd(d), de->d_name, 0);
+    closedir(d);
+}
 
 int shm_wake_bind(struct soft_wire *w, uint32_t db)
 {
@@ -37,6 +60,10 @@ int shm_wake_bind(struct soft_wire *w, uint32_t db)
         int e = errno;
         close(fd);
         return -e;
+    }
+    if (!atomic_exchange(&exit_hooked, true)) {
+        str_copy(exit_dir, sizeof exit_dir, w->shm_dir);
+        atexit(unlink_own_wakes);
     }
     return fd;
 }

@@ -59,7 +59,8 @@ static bool pid_dead(pid_t pid)
  * directory holds a socket per completion queue of every live process, so
  * a sweep at every device open would make each link's setup cost grow with
  * the links already open; a leftover's name is taken over anyway
- * (bind_wake), and the next process to start sweeps what this one leaves. */
+ * (bind_wake), and the next process to start sweeps what this one leaves
+ * (a process that exits removes its own: shm_event.c; this is for crashes). */
 static void wake_sweep(int dfd)
 {
     static atomic_bool swept;
