@@ -130,20 +130,21 @@ describe("llama framings between two tbrt links", function()
   end
 end)
 
--- The ibverbs device over the test shim (libibverbs on top of soft devices,
--- spec/support/ibverbs_shim), Linux-like and Apple-like, two processes.
-describe("llama framings over the ibverbs device (test shim)", function()
+-- The ibverbs device over tbrt's own libibverbs and Apple librdma (the
+-- soft device behind the verbs API), Linux-like and Apple-like, two processes.
+describe("llama framings over the ibverbs device (tbrt's verbs libraries)", function()
   local H = require("helpers")
   local task = require("tbrt.task")
-  local CHILD = H.root .. "/spec/support/ibverbs_shim/child.lua"
+  local CHILD = H.root .. "/spec/support/ibverbs/child.lua"
   for _, c in ipairs {
-    { lib = "libibverbs-soft.so.1", framing = "llama-linux", qp = "RC" },
-    { lib = "librdma-soft.so", framing = "llama-apple", qp = "UC" },
+    { lib = "verbs/libibverbs.so.1", framing = "llama-linux", qp = "RC" },
+    { lib = "apple/librdma.so", framing = "llama-apple", qp = "UC" },
   } do
     it("runs a " .. c.framing .. " link between two processes over " .. c.lib, function()
       local dir = H.tmpdir()
-      local env = { TBRT_IBVERBS_LIB = H.build .. "/test/" .. c.lib, TBRT_SHIM_FRAMING = c.framing,
-        TBRT_SHIM_DEVICES = false, TBRT_SHIM_PERSONALITY = false, TBRT_DEVICE = false }
+      local env = { TBRT_IBVERBS_LIB = H.build .. "/lib/tbrt/" .. c.lib, TBRT_SHIM_FRAMING = c.framing,
+        TBRT_VERBS_DEVICES = false, TBRT_VERBS_PERSONALITY = false, TBRT_VERBS_FAIL = false,
+        TBRT_DEVICE = false }
       local function child(role)
         local r = H.run_tbrt({ CHILD, role, dir .. "/port" }, { env = env, timeout = 30 })
         assert(r.code == 0 and not r.timed_out, H.describe(r))
@@ -158,6 +159,9 @@ describe("llama framings over the ibverbs device (test shim)", function()
         server, client = ts:join(40), tc:join(40)
       end)
       H.rmtree(dir)
+      -- both ends reported (a child that failed joins as nil)
+      assert.is_table(server, "the serving child reported nothing")
+      assert.is_table(client, "the connecting child reported nothing")
       for _, res in ipairs { server, client } do
         assert.equal("ok", res.received)
         assert.same({ "ibverbs", c.framing, c.qp }, { res.info.kind, res.info.framing,
