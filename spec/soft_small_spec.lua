@@ -266,6 +266,35 @@ describe("a link's small frames and its waiter", function()
     a:close(); b:close()
   end))
 
+  it("gives a drained stride back when it next finds nothing, never more than a batch late",
+    L.async(function()
+    local a, b = L.pair({ device = "soft", personality = "linux-rc" })
+    local nbuf = b:info().nbuf
+    local batch = math.min(8, math.floor(nbuf / 4) + 1)
+    assert.is_true(batch > 1, "nbuf " .. nbuf .. " defers nothing")
+    assert.equal(nbuf, b:stats().recv_posted)
+    assert.equal(1, a:send("x", 1)); assert(a:flush())
+    assert.equal("x", assert(b:recv(1)))
+    -- read: its stride is not posted between the completion and the reader
+    assert.equal(nbuf - 1, b:stats().recv_posted)
+    -- a look that finds nothing gives it back
+    assert.is_nil(b:recv_some(1, 0))
+    assert.equal(nbuf, b:stats().recv_posted)
+    -- a reader that always finds more is never more than a batch short
+    local n = nbuf - 1
+    for i = 1, n do assert.equal(1, a:send(string.char(i), 1)); assert(a:flush()) end
+    local most = 0
+    for i = 1, n do
+      assert.equal(string.char(i), assert(b:recv(1)))
+      -- strides read and not yet posted: not the device's, not unread
+      local late = nbuf - b:stats().recv_posted - (n - i)
+      most = math.max(most, late)
+    end
+    assert.is_true(most < batch, most .. " strides were late, the batch is " .. batch)
+    assert.is_true(most > 0, "every stride went back at once")
+    a:close(); b:close()
+  end))
+
   it("keeps looking 2 ms while the peer is awake, 50 us once it sleeps, opts.spin when set",
     L.async(function()
       local a, b = L.pair({ device = "soft", personality = "linux-rc" })

@@ -590,8 +590,10 @@ void tbrt_link_set_timeouts(tbrt_link *l, double timeout, double liveness, doubl
 
 void tbrt_link_stats_get(tbrt_link *l, tbrt_link_stats *s)
 {
-    if (l && s)
+    if (l && s) {
         *s = l->x.stats;
+        s->recv_posted = l->x.recv_posted;
+    }
 }
 
 void tbrt_link_info_get(tbrt_link *l, tbrt_link_info *i)

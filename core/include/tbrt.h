@@ -364,6 +364,9 @@ typedef struct tbrt_link_stats {
     uint64_t sleeps;         /* times a waiter armed and slept on the fds */
     uint64_t eagain;         /* non-blocking calls that returned -EAGAIN */
     uint64_t inline_sends;   /* SENDs posted with IBV_SEND_INLINE (llama-linux) */
+    uint64_t recv_posted;    /* receives the device holds now (RDMA): a drained
+                                stride goes back when the link next finds
+                                nothing to do, or 8 (nbuf/4 + 1) at a time */
 } tbrt_link_stats;
 
 enum tbrt_link_state {

@@ -421,7 +421,7 @@ function Link:stats()
     frames_sent = tonumber(s.frames_sent), frames_recv = tonumber(s.frames_recv),
     completions = tonumber(s.completions), spins = tonumber(s.spins),
     sleeps = tonumber(s.sleeps), eagain = tonumber(s.eagain),
-    inline_sends = tonumber(s.inline_sends),
+    inline_sends = tonumber(s.inline_sends), recv_posted = tonumber(s.recv_posted),
   }
 end
 

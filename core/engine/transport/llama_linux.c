@@ -92,7 +92,8 @@ int link_llama_linux_setup(struct xport *x, char *err, size_t errlen)
          "reg_mr receive ring");
 #undef STEP
     x->inq = calloc(x->nbuf, sizeof *x->inq);
-    if (!x->inq)
+    x->repost = calloc(x->nbuf, sizeof *x->repost);
+    if (!x->inq || !x->repost)
         return err_set(err, errlen, ENOMEM, "link %d: probe: out of memory", x->link_id);
     x->pend_buf = -1;
     x->psn = x->qp->qp_num & 0xffffff;
@@ -217,8 +218,12 @@ static int llama_progress(struct xport *x)
         }
     }
     x->stats.completions += (uint64_t)n;
-    if (n == 0)
+    if (n == 0) {
         x->stats.spins++;
+        /* drained receives go back when nothing came (rdma_repost) */
+        if (x->repost_n && rdma_repost(x))
+            return -x->err;
+    }
     return n;
 }
 

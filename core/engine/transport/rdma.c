@@ -36,6 +36,9 @@
 #define LLAMA_HOP_LIMIT 1
 /* Inline bytes asked of the QP: a frame up to this size goes in the WQE. */
 #define RDMA_INLINE 256
+/* Drained strides given back in one post_recv, at most: the peer is never
+ * short of more than this many receives while the reader is busy. */
+#define RDMA_REPOST_BATCH 8
 
 static const char *wc_status_text(int st) { return dev_wc_status_name(st); }
 
@@ -131,7 +134,8 @@ int link_rdma_setup(struct xport *x, char *err, size_t errlen)
     STEP(tbrt_mr_reg(x->pd, x->recv_mem, x->ring_bytes, access, &x->recv_mr), "reg_mr recv ring");
 #undef STEP
     x->inq = calloc(x->nbuf, sizeof *x->inq);
-    if (!x->inq)
+    x->repost = calloc(x->nbuf, sizeof *x->repost);
+    if (!x->inq || !x->repost)
         return err_set(err, errlen, ENOMEM, "link %d: probe: out of memory", x->link_id);
     x->pend_buf = -1;
     x->send_seq = x->recv_seq = 1;
@@ -158,6 +162,34 @@ int rdma_post_recv(struct xport *x, uint32_t i)
     int rc = tbrt_post_recv(x->qp, &wr, NULL);
     if (rc)
         return xport_fail(x, -rc, "post_recv stride %u: %s", i, tbrt_dev_why(x->dev));
+    return 0;
+}
+
+/* Give the drained strides back to the device, up to RDMA_REPOST_BATCH in
+ * one post (a chain of receives). */
+int rdma_repost(struct xport *x)
+{
+    while (x->repost_n) {
+        struct ibv_sge sge[RDMA_REPOST_BATCH];
+        struct ibv_recv_wr wr[RDMA_REPOST_BATCH];
+        uint32_t n = TBRT_MIN(x->repost_n, (uint32_t)RDMA_REPOST_BATCH);
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t i = x->repost[(x->repost_head + k) % x->nbuf];
+            sge[k] = (struct ibv_sge){.addr = (uintptr_t)(x->recv_mem + (size_t)i * x->stride),
+                                      .length = x->stride, .lkey = x->recv_mr->lkey};
+            wr[k] = (struct ibv_recv_wr){.wr_id = RECV_TAG | i, .sg_list = &sge[k], .num_sge = 1,
+                                         .next = k + 1 < n ? &wr[k + 1] : NULL};
+        }
+        struct ibv_recv_wr *bad = NULL;
+        int rc = tbrt_post_recv(x->qp, wr, &bad);
+        if (rc)
+            return xport_fail(x, -rc, "post_recv stride %u: %s",
+                              (uint32_t)((bad ? bad->wr_id : wr[0].wr_id) & 0xffff),
+                              tbrt_dev_why(x->dev));
+        x->repost_head = (x->repost_head + n) % x->nbuf;
+        x->repost_n -= n;
+        x->recv_posted += n;
+    }
     return 0;
 }
 
@@ -381,8 +413,12 @@ static int rdma_progress(struct xport *x)
         }
     }
     x->stats.completions += (uint64_t)n;
-    if (n == 0)
+    if (n == 0) {
         x->stats.spins++;
+        /* nothing came: the time to give drained strides back */
+        if (x->repost_n && rdma_repost(x))
+            return -x->err;
+    }
     return n;
 }
 
@@ -493,9 +529,12 @@ static int consume(struct xport *x, struct link_inq *q, size_t n)
         return 0;
     x->inq_head = (x->inq_head + 1) % x->nbuf;
     x->inq_count--;
-    if (rdma_post_recv(x, q->buf))
+    /* back to the device later (rdma_repost), not between the completion
+     * and the reader: a reader that answers at once answers sooner */
+    x->repost[(x->repost_head + x->repost_n) % x->nbuf] = q->buf;
+    if (++x->repost_n >= TBRT_MIN((uint32_t)RDMA_REPOST_BATCH, x->nbuf / 4 + 1) &&
+        rdma_repost(x))
         return -x->err;
-    x->recv_posted++;
     return 0;
 }
 
@@ -645,7 +684,9 @@ void rdma_teardown(struct xport *x)
         }
     x->send_mem = x->recv_mem = NULL;
     free(x->inq);
+    free(x->repost);
     x->inq = NULL;
+    x->repost = NULL;
 }
 
 const struct link_transport link_rdma = {

@@ -117,6 +117,12 @@ struct xport {
     size_t inq_bytes;
     uint32_t recv_seq;
     uint32_t recv_posted;
+    /* drained strides not yet given back to the device, oldest first (a
+     * ring of nbuf): they go back when the link finds nothing to do, or
+     * RDMA_REPOST_BATCH at a time, so a receive costs no post on the way
+     * from its completion to the reader (rdma.c) */
+    uint32_t *repost;
+    uint32_t repost_head, repost_n;
 
     /* tcp */
     uint8_t *tcp_buf;
@@ -141,6 +147,7 @@ int link_tcp_setup(struct xport *x, char *err, size_t errlen);
  * out of completed receives (x->hdr bytes skipped in each); the fds; the
  * teardown; an anonymous mapping for a ring. */
 int rdma_post_recv(struct xport *x, uint32_t i);
+int rdma_repost(struct xport *x);
 int rdma_modify(struct xport *x, struct ibv_qp_attr *a, int mask, const char *what);
 intptr_t rdma_recv(struct xport *x, void *buf, size_t len);
 intptr_t rdma_recv_view(struct xport *x, const uint8_t **out);
