@@ -1,9 +1,11 @@
 /* alarm.c - the soft device's alarm thread (alarm.h): one per process, a
  * list of alarms sorted by due time under one lock, a condition variable on
  * CLOCK_MONOTONIC to sleep until the first is due or a sooner one comes.
- * It ends by itself once no wire uses it and nothing is set (detached: no
- * one waits for it, so a wire that closes never blocks on it), and the
- * next alarm set starts another. */
+ * It ends by itself once no wire uses it and nothing is set, and the next
+ * alarm set starts another. The last wire to go waits for it to end when
+ * nothing is set (it ends at once then), and the library's destructor
+ * stops it in any case: a thread still inside the library while it is
+ * unloaded (LuaJIT unloads it at exit) would run unmapped code. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -16,6 +18,9 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond;
 static bool cond_ready, running, fork_hooked;
+static bool quit;                     /* the library is going: end now */
+static bool joinable;                 /* `thread` was started and not joined */
+static pthread_t thread;
 static int users;                     /* wires open (soft_alarm_use) */
 static struct soft_alarm *list;       /* by due time, soonest first */
 
@@ -41,7 +46,7 @@ static void *alarm_thread(void *arg)
             unlink_alarm(a);
             a->ring(a);         /* under the lock: cancel waits for it */
         }
-        if (!list && users == 0)
+        if (quit || (!list && users == 0))
             break;              /* no wire left to serve */
         if (!list) {
             pthread_cond_wait(&cond, &lock);
@@ -63,6 +68,7 @@ static void after_fork_child(void)
     pthread_mutex_init(&lock, NULL);
     list = NULL;
     running = false;
+    joinable = false;           /* the parent's thread is not ours to join */
     cond_ready = false;
     users = 0;                  /* the parent's wires are the parent's */
 }
@@ -81,21 +87,35 @@ static int start_locked(void)
         pthread_atfork(NULL, NULL, after_fork_child);
         fork_hooked = true;
     }
+    if (joinable) {
+        /* the last one ended by itself (running is false): gone by now,
+         * or about to return (it needs the lock no more) */
+        pthread_join(thread, NULL);
+        joinable = false;
+    }
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);   /* the program's signals are not ours */
     pthread_attr_t at;
     pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&at, 64 * 1024);
-    pthread_t t;
-    int rc = pthread_create(&t, &at, alarm_thread, NULL);
+    int rc = pthread_create(&thread, &at, alarm_thread, NULL);
     pthread_attr_destroy(&at);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc)
         return -rc;
-    running = true;
+    running = joinable = true;
     return 0;
+}
+
+/* Take the thread to join, under the lock: one joiner only. */
+static bool claim_locked(pthread_t *t)
+{
+    if (!joinable)
+        return false;
+    *t = thread;
+    joinable = false;
+    return true;
 }
 
 int soft_alarm_set(struct soft_alarm *a, uint64_t due_ns)
@@ -137,8 +157,32 @@ void soft_alarm_use(void)
 
 void soft_alarm_unuse(void)
 {
+    pthread_t t;
+    bool join = false;
     pthread_mutex_lock(&lock);
-    if (users > 0 && --users == 0 && running)
-        pthread_cond_signal(&cond);     /* it looks whether it may end */
+    if (users > 0 && --users == 0) {
+        if (running)
+            pthread_cond_signal(&cond); /* it looks whether it may end */
+        /* nothing set: it ends at once, so waiting for it costs nothing
+         * (with alarms still set it serves them first; the destructor
+         * stops it if the library goes meanwhile) */
+        if (!list)
+            join = claim_locked(&t);
+    }
     pthread_mutex_unlock(&lock);
+    if (join)
+        pthread_join(t, NULL);
+}
+
+__attribute__((destructor)) static void alarm_stop(void)
+{
+    pthread_t t;
+    pthread_mutex_lock(&lock);
+    quit = true;
+    if (running)
+        pthread_cond_signal(&cond);
+    bool join = claim_locked(&t);
+    pthread_mutex_unlock(&lock);
+    if (join)
+        pthread_join(t, NULL);
 }
