@@ -15,6 +15,11 @@
 # (scripts/deps.sh installs them).
 
 BUILD    ?= build
+# One spelling of the build directory, whoever names it (specs run `make
+# install BUILD=/abs/path/build`): the dependency files name their objects
+# as the compiler was told, and an object named another way would never be
+# rebuilt when a header changes (files built against two layouts of a struct).
+override BUILD := $(patsubst $(CURDIR)/%,%,$(abspath $(BUILD)))
 PREFIX   ?= /usr/local
 # Prefixes whose lib/ the dynamic linker searches: install runs ldconfig there.
 SYSTEM_PREFIXES := /usr /usr/local
