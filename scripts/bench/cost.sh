@@ -9,10 +9,17 @@
 # open, and one link's setup (both ends) as the 1st, 2nd and 64th link.
 set -eu
 B=${1:-build}
+own_fabric=${TBRT_SOFT_FABRIC:+no}
 export TBRT_SOFT_FABRIC=${TBRT_SOFT_FABRIC:-cost-$$}
 command -v valgrind >/dev/null || { echo "cost.sh: valgrind is not installed" >&2; exit 1; }
 T=$(mktemp -d /tmp/tbrt-cost.XXXXXX)
-trap 'rm -rf "$T"' EXIT
+# a fabric of our own goes with us (its registry stays in the private
+# directory after the programs exit)
+cleanup() {
+  rm -rf "$T"
+  if [ -z "$own_fabric" ]; then rm -f "/dev/shm/tbrt-$(id -u)/$TBRT_SOFT_FABRIC"-*; fi
+}
+trap cleanup EXIT
 ir() {   # ir FUNCTION ARGS... -> instructions inside FUNCTION
   local fn=$1; shift
   valgrind --tool=callgrind --toggle-collect="$fn" --callgrind-out-file="$T/out" \
