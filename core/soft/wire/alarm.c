@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 #include "soft/wire/alarm.h"
@@ -21,6 +22,10 @@ static bool cond_ready, running, fork_hooked;
 static bool quit;                     /* the library is going: end now */
 static bool joinable;                 /* `thread` was started and not joined */
 static pthread_t thread;
+/* A thread whose generation is not the current one ends at its next look:
+ * one that a joiner took (claim_locked) is as good as gone, and the next
+ * alarm set starts another rather than leave it to the one going. */
+static unsigned gen;
 static int users;                     /* wires open (soft_alarm_use) */
 static struct soft_alarm *list;       /* by due time, soonest first */
 
@@ -37,7 +42,7 @@ static void unlink_alarm(struct soft_alarm *a)
 
 static void *alarm_thread(void *arg)
 {
-    (void)arg;
+    unsigned mine = (unsigned)(uintptr_t)arg;
     pthread_mutex_lock(&lock);
     for (;;) {
         uint64_t now = now_ns();
@@ -46,8 +51,8 @@ static void *alarm_thread(void *arg)
             unlink_alarm(a);
             a->ring(a);         /* under the lock: cancel waits for it */
         }
-        if (quit || (!list && users == 0))
-            break;              /* no wire left to serve */
+        if (quit || mine != gen || (!list && users == 0))
+            break;              /* no wire left to serve, or taken to be joined */
         if (!list) {
             pthread_cond_wait(&cond, &lock);
             continue;
@@ -56,7 +61,8 @@ static void *alarm_thread(void *arg)
                               .tv_nsec = (long)(list->due_ns % 1000000000ull)};
         pthread_cond_timedwait(&cond, &lock, &ts);
     }
-    running = false;            /* under the lock: the next set starts another */
+    if (mine == gen)
+        running = false;        /* under the lock: the next set starts another */
     pthread_mutex_unlock(&lock);
     return NULL;
 }
@@ -99,7 +105,7 @@ static int start_locked(void)
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setstacksize(&at, 64 * 1024);
-    int rc = pthread_create(&thread, &at, alarm_thread, NULL);
+    int rc = pthread_create(&thread, &at, alarm_thread, (void *)(uintptr_t)gen);
     pthread_attr_destroy(&at);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc)
@@ -108,13 +114,18 @@ static int start_locked(void)
     return 0;
 }
 
-/* Take the thread to join, under the lock: one joiner only. */
+/* Take the thread to join, under the lock: one joiner only. It ends at
+ * its next look whatever is set meanwhile (a new generation), so the join
+ * never waits on another thread's alarms; those start a thread of their own. */
 static bool claim_locked(pthread_t *t)
 {
     if (!joinable)
         return false;
     *t = thread;
     joinable = false;
+    gen++;
+    running = false;
+    pthread_cond_broadcast(&cond);
     return true;
 }
 
@@ -179,8 +190,6 @@ __attribute__((destructor)) static void alarm_stop(void)
     pthread_t t;
     pthread_mutex_lock(&lock);
     quit = true;
-    if (running)
-        pthread_cond_signal(&cond);
     bool join = claim_locked(&t);
     pthread_mutex_unlock(&lock);
     if (join)

@@ -257,8 +257,13 @@ void shm_sq_run_own(struct soft_wire_qp *q)
 {
     if (atomic_load_explicit(&q->sh->sq_head, memory_order_relaxed) == q->sq_tail || q->stopped)
         return;
-    if (!own_lock(q))
-        return;                 /* the other end is running it */
+    if (!own_lock(q)) {
+        /* the other end is running it, and looks at our tail again after
+         * unlocking (shm_sq_run_peer); or it unlocked just now: ours */
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&q->sh->sq_lock, memory_order_relaxed) != 0 || !own_lock(q))
+            return;
+    }
     struct shm_exec e;
     exec_init(&e, q->w, &q->self);
     e.local = q;
@@ -271,20 +276,36 @@ void shm_sq_run_own(struct soft_wire_qp *q)
         shm_ring(q->w, q->w->self, q->self.send_db, q->self.send_dbi);
 }
 
+/* Rounds of a peer's queue per turn: its owner may post more while we run
+ * it, and the peer's memory is not ours to loop on for ever. */
+#define PEER_ROUNDS 8
+
 void shm_sq_run_peer(struct soft_wire_qp *target)
 {
     struct shm_view *sv = &target->peer;
     struct shm_qp_block *sh = sv->sh;
-    uint64_t tail = atomic_load_explicit(&sh->sq_tail, memory_order_acquire);
-    if (atomic_load_explicit(&sh->sq_head, memory_order_relaxed) == tail ||
-        !shm_sq_lock(target->w, sh, false))
-        return;
-    struct shm_exec e;
-    exec_init(&e, target->w, sv);
-    e.served = target;
-    e.tv = &target->self;
-    e.rnr_retry = sh->rnr_retry & 7;
-    e.port = sh->port;
-    e.dev_index = sh->dev_index;
-    run(&e, tail);
+    for (int round = 0; round < PEER_ROUNDS; round++) {
+        uint64_t tail = atomic_load_explicit(&sh->sq_tail, memory_order_acquire);
+        if (atomic_load_explicit(&sh->sq_head, memory_order_relaxed) == tail ||
+            !shm_sq_lock(target->w, sh, false))
+            return;
+        struct shm_exec e;
+        exec_init(&e, target->w, sv);
+        e.served = target;
+        e.tv = &target->self;
+        e.rnr_retry = sh->rnr_retry & 7;
+        e.port = sh->port;
+        e.dev_index = sh->dev_index;
+        run(&e, tail);
+        /* Its owner found the lock ours for what it posted meanwhile and
+         * left those sends to us (shm_sq_run_own): the owner posts (the
+         * tail), then tries the lock; we unlocked, and look at the tail
+         * after a full fence, so one of us sees the other. A send that
+         * stopped the run early has its own way back (an ask, a timer). */
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&sh->sq_head, memory_order_relaxed) != tail ||
+            atomic_load_explicit(&sh->sq_tail, memory_order_acquire) == tail)
+            return;
+    }
+    atomic_store(&target->sh->help_wanted, 1);      /* more: our next turn */
 }
