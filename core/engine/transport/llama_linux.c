@@ -178,12 +178,8 @@ static int chunk_arrived(struct xport *x, const struct ibv_wc *wc)
     }
     x->recv_posted--;
     x->stats.frames_recv++;
-    if (len == 0) {
-        if (rdma_post_recv(x, buf))
-            return -x->err;
-        x->recv_posted++;
-        return 0;
-    }
+    if (len == 0)
+        return rdma_give_back(x, buf) ? -x->err : 0;
     struct link_inq *q = &x->inq[(x->inq_head + x->inq_count) % x->nbuf];
     q->buf = buf;
     q->off = 0;

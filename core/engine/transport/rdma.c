@@ -154,11 +154,19 @@ int link_rdma_setup(struct xport *x, char *err, size_t errlen)
 
 /* ---- activation ------------------------------------------------------------- */
 
+/* The receive of stride i: all of it, tagged with its index. */
+static void stride_recv(struct xport *x, uint32_t i, struct ibv_sge *sge, struct ibv_recv_wr *wr)
+{
+    *sge = (struct ibv_sge){.addr = (uintptr_t)(x->recv_mem + (size_t)i * x->stride),
+                            .length = x->stride, .lkey = x->recv_mr->lkey};
+    *wr = (struct ibv_recv_wr){.wr_id = RECV_TAG | i, .sg_list = sge, .num_sge = 1};
+}
+
 int rdma_post_recv(struct xport *x, uint32_t i)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)(x->recv_mem + (size_t)i * x->stride),
-                          .length = x->stride, .lkey = x->recv_mr->lkey};
-    struct ibv_recv_wr wr = {.wr_id = RECV_TAG | i, .sg_list = &sge, .num_sge = 1};
+    struct ibv_sge sge;
+    struct ibv_recv_wr wr;
+    stride_recv(x, i, &sge, &wr);
     int rc = tbrt_post_recv(x->qp, &wr, NULL);
     if (rc)
         return xport_fail(x, -rc, "post_recv stride %u: %s", i, tbrt_dev_why(x->dev));
@@ -174,11 +182,8 @@ int rdma_repost(struct xport *x)
         struct ibv_recv_wr wr[RDMA_REPOST_BATCH];
         uint32_t n = TBRT_MIN(x->repost_n, (uint32_t)RDMA_REPOST_BATCH);
         for (uint32_t k = 0; k < n; k++) {
-            uint32_t i = x->repost[(x->repost_head + k) % x->nbuf];
-            sge[k] = (struct ibv_sge){.addr = (uintptr_t)(x->recv_mem + (size_t)i * x->stride),
-                                      .length = x->stride, .lkey = x->recv_mr->lkey};
-            wr[k] = (struct ibv_recv_wr){.wr_id = RECV_TAG | i, .sg_list = &sge[k], .num_sge = 1,
-                                         .next = k + 1 < n ? &wr[k + 1] : NULL};
+            stride_recv(x, x->repost[(x->repost_head + k) % x->nbuf], &sge[k], &wr[k]);
+            wr[k].next = k + 1 < n ? &wr[k + 1] : NULL;
         }
         struct ibv_recv_wr *bad = NULL;
         int rc = tbrt_post_recv(x->qp, wr, &bad);
@@ -190,6 +195,18 @@ int rdma_repost(struct xport *x)
         x->repost_n -= n;
         x->recv_posted += n;
     }
+    return 0;
+}
+
+/* A stride the reader is done with (or a frame with nothing to read):
+ * back to the device later (rdma_repost), not between the completion and
+ * the reader, so a reader that answers at once answers sooner; a reader
+ * that always finds more gives them back a batch at a time. */
+int rdma_give_back(struct xport *x, uint32_t buf)
+{
+    x->repost[(x->repost_head + x->repost_n) % x->nbuf] = buf;
+    if (++x->repost_n >= TBRT_MIN((uint32_t)RDMA_REPOST_BATCH, x->nbuf / 4 + 1))
+        return rdma_repost(x);
     return 0;
 }
 
@@ -359,12 +376,8 @@ static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
                   len, wc->byte_len, &x->dbg_last_in);
     x->recv_posted--;
     x->stats.frames_recv++;
-    if (len == 0) {             /* nothing to read: straight back to the device */
-        if (rdma_post_recv(x, buf))
-            return -x->err;
-        x->recv_posted++;
-        return 0;
-    }
+    if (len == 0)               /* nothing to read: back to the device */
+        return rdma_give_back(x, buf) ? -x->err : 0;
     struct link_inq *q = &x->inq[(x->inq_head + x->inq_count) % x->nbuf];
     q->buf = buf;
     q->off = 0;
@@ -529,13 +542,7 @@ static int consume(struct xport *x, struct link_inq *q, size_t n)
         return 0;
     x->inq_head = (x->inq_head + 1) % x->nbuf;
     x->inq_count--;
-    /* back to the device later (rdma_repost), not between the completion
-     * and the reader: a reader that answers at once answers sooner */
-    x->repost[(x->repost_head + x->repost_n) % x->nbuf] = q->buf;
-    if (++x->repost_n >= TBRT_MIN((uint32_t)RDMA_REPOST_BATCH, x->nbuf / 4 + 1) &&
-        rdma_repost(x))
-        return -x->err;
-    return 0;
+    return rdma_give_back(x, q->buf) ? -x->err : 0;
 }
 
 intptr_t rdma_recv(struct xport *x, void *buf, size_t len)

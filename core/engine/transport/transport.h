@@ -148,6 +148,7 @@ int link_tcp_setup(struct xport *x, char *err, size_t errlen);
  * teardown; an anonymous mapping for a ring. */
 int rdma_post_recv(struct xport *x, uint32_t i);
 int rdma_repost(struct xport *x);
+int rdma_give_back(struct xport *x, uint32_t buf);
 int rdma_modify(struct xport *x, struct ibv_qp_attr *a, int mask, const char *what);
 intptr_t rdma_recv(struct xport *x, void *buf, size_t len);
 intptr_t rdma_recv_view(struct xport *x, const uint8_t **out);

@@ -172,13 +172,13 @@ void soft_alarm_unuse(void)
     bool join = false;
     pthread_mutex_lock(&lock);
     if (users > 0 && --users == 0) {
-        if (running)
-            pthread_cond_signal(&cond); /* it looks whether it may end */
-        /* nothing set: it ends at once, so waiting for it costs nothing
-         * (with alarms still set it serves them first; the destructor
-         * stops it if the library goes meanwhile) */
+        /* nothing set: it ends at once, so waiting for it costs nothing;
+         * with alarms still set it serves them first, then ends by itself
+         * (the destructor stops it if the library goes meanwhile) */
         if (!list)
             join = claim_locked(&t);
+        else if (running)
+            pthread_cond_signal(&cond);
     }
     pthread_mutex_unlock(&lock);
     if (join)
