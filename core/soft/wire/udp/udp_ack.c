@@ -47,31 +47,26 @@ static void credits_from_ack(struct soft_wire_qp *q, uint32_t psn, uint8_t code)
 static void go_back_for(struct soft_wire_qp *q, uint32_t psn, bool rnr)
 {
     q->resend_rnr = rnr;
-    uint32_t mtu = udp_mtu_bytes(q->a.mtu);
-    for (uint64_t i = q->una_wqe; i < q->sq_tail; i++) {
-        struct udp_swqe *w = &q->sq[i % q->sq_cap];
-        if (!w->started)
-            break;
-        int32_t d = udp_psn_diff(psn, w->first_psn);
-        if (d < 0 || d >= (int32_t)w->npkts)
-            continue;
-        q->tx_wqe = i;
-        if (is_atomic(w)) {
-            q->tx_off = 0;
-            q->tx_psn = w->first_psn;
-        } else if (is_read(w)) {
-            q->tx_off = 0;
-            if ((uint32_t)d < w->read_pkts)
-                w->read_pkts = (uint32_t)d;
-            q->tx_psn = (w->first_psn + w->read_pkts) & UDP_PSN_MASK;
-        } else {
-            q->tx_off = (uint64_t)d * mtu;
-            q->tx_psn = psn;
-        }
-        q->since_ackreq = 0;
-        q->rto_ns = 0;          /* armed again by the first packet sent */
+    uint64_t i;
+    int32_t d;
+    struct udp_swqe *w = udp_sent_wqe(q, psn, q->sq_tail, &i, &d);
+    if (!w)
         return;
+    q->tx_wqe = i;
+    if (is_atomic(w)) {
+        q->tx_off = 0;
+        q->tx_psn = w->first_psn;
+    } else if (is_read(w)) {
+        q->tx_off = 0;
+        if ((uint32_t)d < w->read_pkts)
+            w->read_pkts = (uint32_t)d;
+        q->tx_psn = (w->first_psn + w->read_pkts) & UDP_PSN_MASK;
+    } else {
+        q->tx_off = (uint64_t)d * udp_mtu_bytes(q->a.mtu);
+        q->tx_psn = psn;
     }
+    q->since_ackreq = 0;
+    q->rto_ns = 0;              /* armed again by the first packet sent */
 }
 
 static void go_back(struct soft_wire_qp *q, uint32_t psn) { go_back_for(q, psn, false); }

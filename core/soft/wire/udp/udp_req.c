@@ -249,20 +249,13 @@ void udp_req_tail_probe(struct soft_wire_qp *q)
     uint32_t psn = (q->tx_psn - 1) & UDP_PSN_MASK;
     if (q->una_psn == q->tx_psn || q->rnr_until || q->rnr_probe)
         return;
-    uint32_t mtu = udp_mtu_bytes(q->a.mtu);
-    for (uint64_t i = q->una_wqe; i < q->sq_tail && i <= q->tx_wqe; i++) {
-        struct udp_swqe *w = &q->sq[i % q->sq_cap];
-        if (!w->started)
-            return;
-        int32_t d = udp_psn_diff(psn, w->first_psn);
-        if (d < 0 || d >= (int32_t)w->npkts)
-            continue;
-        if (answered_by_response(w))
-            return;             /* a READ or atomic: its request is no data packet */
-        data_pkt(q, w, (uint64_t)d * mtu, true);
-        q->st.tail_probes++;    /* not a retransmit: nothing is known lost */
-        return;
-    }
+    uint64_t i;
+    int32_t d;
+    struct udp_swqe *w = udp_sent_wqe(q, psn, TBRT_MIN(q->sq_tail, q->tx_wqe + 1), &i, &d);
+    if (!w || answered_by_response(w))
+        return;                 /* a READ or atomic: its request is no data packet */
+    data_pkt(q, w, (uint64_t)d * udp_mtu_bytes(q->a.mtu), true);
+    q->st.tail_probes++;        /* not a retransmit: nothing is known lost */
 }
 
 void udp_req_transmit(struct soft_wire_qp *q)

@@ -50,4 +50,25 @@ static inline uint64_t tlp_ns(const struct soft_wire_qp *q)
 /* The last packet sent goes once more asking for an ACK (udp_req.c). */
 void udp_req_tail_probe(struct soft_wire_qp *q);
 
+/* The WQE among those sent from the oldest unacknowledged one up to (not
+ * including) `end` whose packets hold PSN psn: its index in *at and psn's
+ * packet within it in *pkt, or NULL (none holds it, or a WQE not yet
+ * started comes first). */
+static inline struct udp_swqe *udp_sent_wqe(struct soft_wire_qp *q, uint32_t psn, uint64_t end,
+                                            uint64_t *at, int32_t *pkt)
+{
+    for (uint64_t i = q->una_wqe; i < end; i++) {
+        struct udp_swqe *w = &q->sq[i % q->sq_cap];
+        if (!w->started)
+            return NULL;
+        int32_t d = udp_psn_diff(psn, w->first_psn);
+        if (d < 0 || d >= (int32_t)w->npkts)
+            continue;
+        *at = i;
+        *pkt = d;
+        return w;
+    }
+    return NULL;
+}
+
 #endif
