@@ -249,7 +249,10 @@ int soft_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad
         q->sq_tail++;
     }
     *bad = NULL;
-    soft_progress(sd);
+    /* the doorbell: this queue's sends run now; a wire without one (or
+     * that cannot here) gets a whole turn */
+    if (!sd->wops->doorbell || !sd->wops->doorbell(q->wq))
+        soft_progress(sd);
     return 0;
 }
 

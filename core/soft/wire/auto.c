@@ -449,6 +449,12 @@ static void auto_post_send(struct soft_wire_qp *q, uint64_t index, const struct 
         SHM->post_send(q->shm, index, s);
 }
 
+/* Only shared memory runs a queue by itself; UDP's sends go out in its turn. */
+static bool auto_doorbell(struct soft_wire_qp *q)
+{
+    return q->on == ON_SHM && SHM->doorbell(q->shm);
+}
+
 static int auto_progress(struct soft_wire *w, struct soft_wire_event *ev, int max)
 {
     int n = SHM->progress(w->shm, ev, max);
@@ -575,6 +581,7 @@ const struct soft_wire_ops soft_wire_auto = {
     .qp_modify = auto_qp_modify,
     .post_recv = auto_post_recv,
     .post_send = auto_post_send,
+    .doorbell = auto_doorbell,
     .progress = auto_progress,
     .event_fd = auto_event_fd,
     .event_arm = auto_event_arm,

@@ -436,6 +436,12 @@ struct soft_wire_ops {
      * taken (recv_done / send_done said 1). */
     void (*post_recv)(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_recv *r);
     void (*post_send)(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_send *s);
+    /* Optional: sends were just posted to this queue; run them now, as a
+     * NIC starts on its doorbell, without a whole turn of the wire (all its
+     * queues, then its events). false: not done here; the objects then give
+     * the wire its turn. What went wrong comes out of the next progress, as
+     * a QP's move to ERR comes after the post on hardware. */
+    bool (*doorbell)(struct soft_wire_qp *q);
     /* The hardware's turn: move what can move. Up to max events in ev;
      * returns how many. */
     int (*progress)(struct soft_wire *w, struct soft_wire_event *ev, int max);

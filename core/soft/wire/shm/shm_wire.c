@@ -419,6 +419,15 @@ static void check_attention(struct soft_wire *w)
     }
 }
 
+/* Our own sends just posted: run them (shm_progress runs every queue's,
+ * and a peer's that asked, then collects the events). */
+static bool shm_doorbell(struct soft_wire_qp *q)
+{
+    if (q->a.state == IBV_QPS_RTS || q->a.state == IBV_QPS_RTR)
+        shm_sq_run_own(q);
+    return true;
+}
+
 static int shm_progress(struct soft_wire *w, struct soft_wire_event *ev, int max)
 {
     check_attention(w);
@@ -489,6 +498,7 @@ const struct soft_wire_ops soft_wire_shm = {
     .qp_modify = shm_qp_modify,
     .post_recv = shm_post_recv,
     .post_send = shm_post_send,
+    .doorbell = shm_doorbell,
     .progress = shm_progress,
     .event_fd = shm_event_fd,
     .event_arm = shm_event_arm,
