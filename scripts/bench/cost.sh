@@ -6,7 +6,8 @@
 #
 # Prints one line per figure: 'name instructions': an 8 B and a 64 B round
 # trip (both ends in one process, so both ends' work) with 1 and 64 links
-# open, and one link's setup (both ends) as the 1st, 2nd and 64th link.
+# open, one idle look (what a waiting receiver repeats), and one link's
+# setup (both ends) as the 1st, 2nd and 64th link.
 set -eu
 B=${1:-build}
 own_fabric=${TBRT_SOFT_FABRIC:+no}
@@ -33,6 +34,10 @@ for size in 8 64; do
     v=$(ir cost_pingpong soft "$PERS" pingpong "$size" "$N" "$links")
     echo "round_trip_${size}b_${links}links $(( v / N ))"
   done
+done
+for links in 1 64; do
+  v=$(ir cost_idle soft "$PERS" idle 8 "$N" "$links")
+  echo "idle_look_${links}links $(( v / N ))"
 done
 # the first link of a process pays once for what all share (the private
 # directory's sweep, ...): compare the 2nd with the 64th

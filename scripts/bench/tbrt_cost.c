@@ -10,6 +10,10 @@
  *       bytes (send + flush on one end, recv on the other, and back), every
  *       byte checked. With LINKS > 1, LINKS - 1 more links stay open (idle)
  *       beside it: a round trip must cost the same.
+ *   tbrt-cost DEVICE PERSONALITY idle 0 ITERS [LINKS]
+ *       ITERS looks at a link with nothing for it (a progress call and a
+ *       recv that finds nothing), what a waiting receiver repeats: the
+ *       shorter, the sooner it sees a message that comes.
  *   tbrt-cost DEVICE PERSONALITY setup 0 0 [LINKS]
  *       LINKS links set up in turn, both ends: cost_setup is what the last
  *       one cost (probe, registration, activation) with LINKS - 1 open.
@@ -101,6 +105,13 @@ __attribute__((noinline)) void cost_pingpong(struct pair *p, uint8_t *msg, uint8
     pingpong(p, msg, buf, n, iters);
 }
 
+__attribute__((noinline)) void cost_idle(struct pair *p, uint8_t *buf, long iters)
+{
+    for (long i = 0; i < iters; i++)
+        if (tbrt_link_progress(p->b) != 0 || tbrt_link_recv(p->b, buf, 1) != -EAGAIN)
+            bench_die("idle: the link was not idle", p->b);
+}
+
 __attribute__((noinline)) struct pair cost_setup(int ls, const char *dev, const char *pers)
 {
     return pair_make(ls, dev, pers);
@@ -109,7 +120,7 @@ __attribute__((noinline)) struct pair cost_setup(int ls, const char *dev, const 
 int main(int argc, char **argv)
 {
     if (argc < 6) {
-        fprintf(stderr, "usage: tbrt-cost DEVICE PERSONALITY pingpong|setup SIZE ITERS [LINKS]\n");
+        fprintf(stderr, "usage: tbrt-cost DEVICE PERSONALITY pingpong|idle|setup SIZE ITERS [LINKS]\n");
         return 2;
     }
     const char *dev = argv[1], *pers = argv[2], *mode = argv[3];
@@ -133,8 +144,17 @@ int main(int argc, char **argv)
         bench_fill(msg, n);
         /* untimed warm-up: first touches of the rings are set-up */
         pingpong(&ps[links - 1], msg, buf, n, 64);
-        cost_pingpong(&ps[links - 1], msg, buf, n, iters);
-        printf("round_trips %ld\nlinks %d\n", iters, links);
+        if (strcmp(mode, "idle") == 0) {
+            /* the warm-up's last completions are not part of a look */
+            for (int k = 0; k < 100 && (tbrt_link_progress(ps[links - 1].a) != 0 ||
+                                        tbrt_link_progress(ps[links - 1].b) != 0); k++)
+                ;
+            cost_idle(&ps[links - 1], buf, iters);
+            printf("looks %ld\nlinks %d\n", iters, links);
+        } else {
+            cost_pingpong(&ps[links - 1], msg, buf, n, iters);
+            printf("round_trips %ld\nlinks %d\n", iters, links);
+        }
         free(msg);
         free(buf);
     }
