@@ -44,6 +44,26 @@ describe("a port going down", function()
     V.close(p)
   end)
 
+  it("fails the next RC send after a port goes down while sends flowed (a sender's kept answer is dropped)", function()
+    local p = V.pair{ personality = "linux-rc", type = "RC", timeout = 8, retry_cnt = 1 }
+    dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    for i = 1, 3 do
+      assert(p.b:post_recv{ mr = p.bmr, len = 64 })
+      assert(p.a:post_send{ mr = p.amr, len = 64, wr_id = i })
+      local wc = assert(p.cq_a:wait(1, 2))
+      assert.equal("IBV_WC_SUCCESS", wc[1].status)
+      assert.equal(1, #assert(p.cq_b:wait(1, 2)))
+    end
+    assert(p.b:post_recv{ mr = p.bmr, len = 64 })
+    assert(dev:set_port(1, "down"))
+    assert(p.a:post_send{ mr = p.amr, len = 64, wr_id = 9 })
+    local wc = assert(p.cq_a:wait(1, 2))
+    assert.equal("IBV_WC_RETRY_EXC_ERR", wc[1].status)
+    assert.matches("port on the path is not ACTIVE", wc[1].why)
+    assert.equal(0, #assert(p.cq_b:wait(1, 0.01)), "nothing arrived")
+    V.close(p)
+  end)
+
   for _, pers in ipairs { "apple-uc", "linux-rc" } do
     it("breaks a waiting link with ENETDOWN within the bound (" .. pers .. ")", L.async(function()
       local a, b = L.pair({ device = "soft", personality = pers })

@@ -25,7 +25,7 @@
 #include "util/private_dir.h"
 
 #define FAULT_MAGIC 0x544c554146545242ull /* "BRTFAULT" */
-#define FAULT_VERSION 1
+#define FAULT_VERSION 2
 
 struct soft_port_override {
     _Atomic uint32_t state;     /* enum ibv_port_state; 0 = none */
@@ -36,6 +36,9 @@ struct soft_fault_file {
     uint64_t magic;
     uint32_t version;
     uint32_t pad;
+    /* states set so far, by anyone: bumped after each set, so an answer
+     * kept from before (soft_faults_path_up) is known to be old */
+    _Atomic uint64_t sets;
     struct soft_port_override ports[SOFT_FAULT_DEVS][SOFT_FAULT_PORTS];
 };
 
@@ -113,20 +116,51 @@ void soft_faults_close(struct soft_faults *f)
     f->fd = -1;
 }
 
-int soft_faults_port_state(const struct soft_faults *f, int dev, int port)
+/* The state of a port; *runtime: a run-time state gave it. */
+static int port_state(const struct soft_faults *f, int dev, int port, bool *runtime)
 {
+    *runtime = false;
     if (f->file && dev >= 0 && dev < SOFT_FAULT_DEVS && port >= 1 && port <= SOFT_FAULT_PORTS) {
         struct soft_port_override *o = &f->file->ports[dev][port - 1];
         uint32_t st = atomic_load_explicit(&o->state, memory_order_acquire);
         int32_t pid = o->pid;
         /* anyone may write here: only a real state of a live setter */
         if ((st == IBV_PORT_DOWN || st == IBV_PORT_INIT || st == IBV_PORT_ARMED ||
-             st == IBV_PORT_ACTIVE) && (pid == f->pid || !pid_dead(pid)))
+             st == IBV_PORT_ACTIVE) && (pid == f->pid || !pid_dead(pid))) {
+            *runtime = true;
             return (int)st;
+        }
     }
     if (dev == f->dev_index && port >= 1 && port <= f->nports)
         return f->port_state[port - 1];
     return IBV_PORT_ACTIVE;     /* another device's configuration: assume up */
+}
+
+int soft_faults_port_state(const struct soft_faults *f, int dev, int port)
+{
+    bool runtime;
+    return port_state(f, dev, port, &runtime);
+}
+
+/* Kept only when no run-time state was in force: one that was could end
+ * with its setter, which sets nothing. The configuration never changes. */
+bool soft_faults_path_up(const struct soft_faults *f, struct soft_path_memo *m, int dev_a,
+                         int port_a, int dev_b, int port_b)
+{
+    uint64_t sets = f->file ? atomic_load_explicit(&f->file->sets, memory_order_acquire) : 0;
+    if (m->sets == sets + 1 && m->dev_a == dev_a && m->port_a == port_a && m->dev_b == dev_b &&
+        m->port_b == port_b)
+        return true;
+    bool ra, rb;
+    bool up = port_state(f, dev_a, port_a, &ra) == IBV_PORT_ACTIVE &&
+              port_state(f, dev_b, port_b, &rb) == IBV_PORT_ACTIVE;
+    if (up && !ra && !rb)
+        *m = (struct soft_path_memo){.sets = sets + 1, .dev_a = (uint8_t)dev_a,
+                                     .port_a = (uint8_t)port_a, .dev_b = (uint8_t)dev_b,
+                                     .port_b = (uint8_t)port_b};
+    else
+        m->sets = 0;
+    return up;
 }
 
 void soft_faults_set_port(struct soft_faults *f, int port, int state)
@@ -136,6 +170,7 @@ void soft_faults_set_port(struct soft_faults *f, int port, int state)
     struct soft_port_override *o = &f->file->ports[f->dev_index][port - 1];
     o->pid = f->pid;
     atomic_store_explicit(&o->state, (uint32_t)state, memory_order_release);
+    atomic_fetch_add_explicit(&f->file->sets, 1, memory_order_release);
 }
 
 /* splitmix64: a well-mixed 64-bit hash of one word. */

@@ -121,6 +121,18 @@ int soft_faults_port_state(const struct soft_faults *f, int dev, int port);
 /* Set (or, with 0, clear) a run-time state of one of this device's ports. */
 void soft_faults_set_port(struct soft_faults *f, int port, int state);
 
+/* A path's two ports, and what was last found for them (zeroed: nothing). */
+struct soft_path_memo {
+    uint64_t sets;              /* the fabric's port-state sets then, + 1; 0: not kept */
+    uint8_t dev_a, port_a, dev_b, port_b;
+};
+/* Are port_a of soft<dev_a> and port_b of soft<dev_b> both ACTIVE? The
+ * answer of two soft_faults_port_state calls; an answer that no run-time
+ * state made is kept in *m and given again, without reading the states,
+ * until some process of the fabric sets one (a sender asks it per message). */
+bool soft_faults_path_up(const struct soft_faults *f, struct soft_path_memo *m, int dev_a,
+                         int port_a, int dev_b, int port_b);
+
 /* Replace every fault set by those of spec (TBRT_FAULTS's syntax; "" clears
  * them): 0, or -EINVAL with the reason in why (then nothing changed). */
 int soft_faults_set(struct soft_faults *f, const char *spec, char *why, size_t len);

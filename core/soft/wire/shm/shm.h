@@ -446,6 +446,7 @@ struct soft_wire_qp {
     uint64_t peer_checked_ns;
     uint64_t lock_checked_ns;   /* last look for a dead holder of our SQ lock */
     unsigned alive_tick;        /* look at the clock every 64th send */
+    struct soft_path_memo path; /* its ports last found up (shm_deliver.c: path_up) */
 };
 
 /* ---- functions across the files ---------------------------------------------- */

@@ -155,8 +155,9 @@ static bool path_up(struct shm_exec *e)
     /* the target's port and device, read once (bounded by port_state_of) */
     uint8_t tport = e->tv->sh->port, tdev = e->tv->sh->dev_index;
     struct soft_faults *f = e->w->cfg.faults;
-    return soft_faults_port_state(f, e->dev_index, e->port ? e->port : 1) == IBV_PORT_ACTIVE &&
-           soft_faults_port_state(f, tdev, tport ? tport : 1) == IBV_PORT_ACTIVE;
+    /* the owner keeps the answer in its QP until a port state is set */
+    struct soft_path_memo none = {0}, *m = e->local ? &e->local->path : &none;
+    return soft_faults_path_up(f, m, e->dev_index, e->port ? e->port : 1, tdev, tport ? tport : 1);
 }
 
 /* Nobody answers. UC drops; RC waits for an ACK until the retry budget is
