@@ -180,7 +180,7 @@ static int chunk_arrived(struct xport *x, const struct ibv_wc *wc)
     x->stats.frames_recv++;
     if (len == 0)
         return rdma_give_back(x, buf) ? -x->err : 0;
-    struct link_inq *q = &x->inq[(x->inq_head + x->inq_count) % x->nbuf];
+    struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count, x->nbuf)];
     q->buf = buf;
     q->off = 0;
     q->len = len;

@@ -182,7 +182,7 @@ int rdma_repost(struct xport *x)
         struct ibv_recv_wr wr[RDMA_REPOST_BATCH];
         uint32_t n = TBRT_MIN(x->repost_n, (uint32_t)RDMA_REPOST_BATCH);
         for (uint32_t k = 0; k < n; k++) {
-            stride_recv(x, x->repost[(x->repost_head + k) % x->nbuf], &sge[k], &wr[k]);
+            stride_recv(x, x->repost[ring_at(x->repost_head, k, x->nbuf)], &sge[k], &wr[k]);
             wr[k].next = k + 1 < n ? &wr[k + 1] : NULL;
         }
         struct ibv_recv_wr *bad = NULL;
@@ -191,7 +191,7 @@ int rdma_repost(struct xport *x)
             return xport_fail(x, -rc, "post_recv stride %u: %s",
                               (uint32_t)((bad ? bad->wr_id : wr[0].wr_id) & 0xffff),
                               tbrt_dev_why(x->dev));
-        x->repost_head = (x->repost_head + n) % x->nbuf;
+        x->repost_head = ring_at(x->repost_head, n, x->nbuf);
         x->repost_n -= n;
         x->recv_posted += n;
     }
@@ -204,7 +204,7 @@ int rdma_repost(struct xport *x)
  * that always finds more gives them back a batch at a time. */
 int rdma_give_back(struct xport *x, uint32_t buf)
 {
-    x->repost[(x->repost_head + x->repost_n) % x->nbuf] = buf;
+    x->repost[ring_at(x->repost_head, x->repost_n, x->nbuf)] = buf;
     if (++x->repost_n >= TBRT_MIN((uint32_t)RDMA_REPOST_BATCH, x->nbuf / 4 + 1))
         return rdma_repost(x);
     return 0;
@@ -378,7 +378,7 @@ static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
     x->stats.frames_recv++;
     if (len == 0)               /* nothing to read: back to the device */
         return rdma_give_back(x, buf) ? -x->err : 0;
-    struct link_inq *q = &x->inq[(x->inq_head + x->inq_count) % x->nbuf];
+    struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count, x->nbuf)];
     q->buf = buf;
     q->off = 0;
     q->len = len;
@@ -421,7 +421,7 @@ static int rdma_progress(struct xport *x)
             if (DBG_ON(DBG_FRAME))
                 dbg_line(x->link_id, "frame sent: stride %u completed, %u still in flight "
                          "(t=%.6f s)", buf, x->send_count - 1, now_s() - x->t0);
-            x->send_head = (x->send_head + 1) % x->nbuf;
+            x->send_head = ring_at(x->send_head, 1, x->nbuf);
             x->send_count--;
         }
     }
@@ -494,7 +494,7 @@ static bool acquire(struct xport *x)
         if (rdma_progress(x) < 0 || x->send_count + x->inline_count == x->nbuf)
             return false;
     }
-    x->pend_buf = (int)((x->send_head + x->send_count) % x->nbuf);
+    x->pend_buf = (int)ring_at(x->send_head, x->send_count, x->nbuf);
     x->pend_len = 0;
     return true;
 }
@@ -540,7 +540,7 @@ static int consume(struct xport *x, struct link_inq *q, size_t n)
     x->stats.bytes_recv += n;
     if (q->off < q->len)
         return 0;
-    x->inq_head = (x->inq_head + 1) % x->nbuf;
+    x->inq_head = ring_at(x->inq_head, 1, x->nbuf);
     x->inq_count--;
     return rdma_give_back(x, q->buf) ? -x->err : 0;
 }
