@@ -97,6 +97,7 @@ local cases = {
   sender_reads("qp.rq_cap", 0, "rq_cap 0 .*corrupt"),
   sender_reads("qp.rq_cap", "0x7fffffff", "rq_cap .*corrupt"),
   sender_reads("qp.sq_cap", 0, "sq_cap 0 .*corrupt"),
+  sender_reads("qp.rq_cap", 12, "rq_cap 12 is not a ring size %(a power of two.*corrupt"),
   sender_reads("qp.recv_db", 99999, "recv_db .*corrupt"),
   sender_reads("qp.qp_type", 3, "qp_type .*corrupt"),
   -- its posted receive
@@ -119,6 +120,7 @@ local cases = {
   executor_reads("swr.0.opcode", 77, "opcode 77 .*corrupt"),
   executor_reads("qp.sq_tail", HUGE, "sq_tail .*corrupt"),
   executor_reads("qp.sq_cap", 0, "sq_cap 0 .*corrupt"),
+  executor_reads("qp.sq_cap", 24, "sq_cap 24 is not a ring size %(a power of two.*corrupt"),
   executor_reads("mr.SKEY.length", HUGE, "beyond the end of its memory",
     { also = { ["swr.0.sge0.length"] = "0x40000000", ["swr.0.total"] = "0x40000000" } }),
   executor_reads("swr.0.next_try_ns", "0x7fffffffffffffff", "next_try_ns .*corrupt"),

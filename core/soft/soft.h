@@ -177,8 +177,10 @@ struct soft_qp {
     uint32_t sq_psn, rq_psn;
     int access;
     bool sq_sig_all;
-    /* queues: the records by slot and the indices */
+    /* queues: the records by slot (rings of soft_ring_size(cap), hence the
+     * masks) and the indices; at most cap outstanding */
     uint32_t rq_cap, sq_cap;
+    uint32_t rq_mask, sq_mask;
     struct soft_rwr *rq_wr;
     struct soft_wr *sq_wr;
     uint64_t rq_prod, rq_done;  /* posted; made into completions */

@@ -89,7 +89,7 @@ int soft_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad
                             qp->cap.max_recv_wr,
                             p->depth_in_frames ? " frames; TN3205 counts depth in 4 KiB frames"
                                                : " work requests");
-        uint32_t slot = (uint32_t)(q->rq_prod % q->rq_cap);
+        uint32_t slot = (uint32_t)(q->rq_prod & q->rq_mask);
         struct soft_rwr *rw = &q->rq_wr[slot];
         rw->wr = (struct soft_wr){.wr_id = wr->wr_id, .total = total, .frames = frames};
         rw->num_sge = (uint32_t)wr->num_sge;
@@ -216,7 +216,7 @@ int soft_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad
             flushed(q, qp->send_cq, wr->wr_id, wc_opcode(wr->opcode));
             continue;
         }
-        uint32_t slot = (uint32_t)(q->sq_tail % q->sq_cap);
+        uint32_t slot = (uint32_t)(q->sq_tail & q->sq_mask);
         q->sq_wr[slot] = (struct soft_wr){.wr_id = wr->wr_id, .total = total, .frames = frames,
                                           .opcode = (uint8_t)wc_opcode(wr->opcode),
                                           .signaled = signaled};

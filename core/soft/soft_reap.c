@@ -119,7 +119,7 @@ uint32_t soft_place_data(struct soft_dev *sd, const struct soft_rwr *rw,
 static bool recv_take(struct soft_qp *q)
 {
     uint64_t c = q->rq_done;
-    uint32_t slot = (uint32_t)(c % q->rq_cap);
+    uint32_t slot = (uint32_t)(c & q->rq_mask);
     const struct soft_rwr *rw = &q->rq_wr[slot];
     const struct soft_wr *w = &rw->wr;
     const struct soft_result *r = &q->rres;
@@ -160,7 +160,7 @@ static bool recv_take(struct soft_qp *q)
 
 static bool send_take(struct soft_qp *q)
 {
-    const struct soft_wr *w = &q->sq_wr[q->sq_done % q->sq_cap];
+    const struct soft_wr *w = &q->sq_wr[q->sq_done & q->sq_mask];
     const struct soft_result *r = &q->sres;
     bool bad = r->status > IBV_WC_GENERAL_ERR;
     if (w->signaled || r->status != IBV_WC_SUCCESS) {

@@ -152,7 +152,7 @@ int soft_post_srq_recv(tbrt_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr
         if (s->prod - s->done >= s->max_wr)
             return dev_fail(dev, ENOMEM, "post_srq_recv: SRQ 0x%x full (%u work requests)",
                             srq->srq_num, s->max_wr);
-        struct soft_rwr *rw = &s->wr[s->prod % s->cap];
+        struct soft_rwr *rw = &s->wr[s->prod & (s->cap - 1)];   /* a power of two */
         rw->wr = (struct soft_wr){.wr_id = wr->wr_id, .total = total};
         rw->num_sge = (uint32_t)wr->num_sge;
         memcpy(rw->sge, wr->sg_list, (size_t)wr->num_sge * sizeof rw->sge[0]);
@@ -213,7 +213,7 @@ static struct soft_qp *receiver(struct soft_srq *s, uint32_t qpn)
 
 bool soft_srq_take(struct soft_srq *s)
 {
-    const struct soft_rwr *rw = &s->wr[s->done % s->cap];
+    const struct soft_rwr *rw = &s->wr[s->done & (s->cap - 1)];
     const struct soft_wr *w = &rw->wr;
     const struct soft_result *r = &s->res;
     char buf[192];

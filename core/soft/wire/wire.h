@@ -133,6 +133,17 @@
 #define SOFT_MAX_SRQ 1024       /* shared receive queues per device */
 #define SOFT_ATOMIC_SIZE 8      /* atomics act on 8 aligned bytes (IB spec 9.4.5) */
 
+/* Rings are a power of two long (at least n, 1 <= n <= SOFT_MAX_QP_WR): a
+ * slot is then index & (size - 1), not a division (a dozen cycles or more,
+ * and a message meets several on its way). The queue's own limit stays n. */
+static inline uint32_t soft_ring_size(uint32_t n)
+{
+    uint32_t size = 1;
+    while (size < n)
+        size <<= 1;
+    return size;
+}
+
 /* TN3205: Thunderbolt RDMA moves 4 KiB frames; queue depths count frames,
  * and a SEND and its RECV must cover the same number. */
 #define SOFT_FRAME 4096u

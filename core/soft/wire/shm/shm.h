@@ -187,7 +187,7 @@ static inline bool shm_rqe_copy(struct shm_rqe *to, const struct shm_rqe *from)
 /* Is receive number c of this queue posted (and not yet taken)? */
 static inline bool shm_rq_posted(struct shm_rqe *rq, uint32_t cap, uint64_t c)
 {
-    return atomic_load_explicit(&rq[c % cap].seq, memory_order_acquire) == c + 1;
+    return atomic_load_explicit(&rq[c & (cap - 1)].seq, memory_order_acquire) == c + 1;
 }
 
 /* How a send finished, written by its executor before sq_head passes it. */

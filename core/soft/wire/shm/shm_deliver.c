@@ -208,7 +208,7 @@ static int no_receive(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *
 static void recv_done(struct shm_exec *e, uint64_t c, const struct soft_result *r,
                       const uint8_t *data, uint32_t data_len)
 {
-    struct shm_rqe *slot = &e->tv->rq[c % e->tv->rq_cap];
+    struct shm_rqe *slot = &e->tv->rq[c & (e->tv->rq_cap - 1)];
     uint64_t want = c + 1;
     if (!atomic_compare_exchange_strong_explicit(&slot->seq, &want, (c + 1) | SHM_RQE_WRITING,
                                                  memory_order_acquire, memory_order_relaxed))
@@ -296,7 +296,7 @@ static int take_receive(struct shm_exec *e, struct shm_rqe *r, uint64_t *c, bool
             asked = true;
             continue;
         }
-        bool sane = shm_rqe_copy(r, &t->rq[k % t->rq_cap]);
+        bool sane = shm_rqe_copy(r, &t->rq[k & (t->rq_cap - 1)]);
         if (!atomic_compare_exchange_weak_explicit(t->rq_cons, &k, k + 1,
                                                    memory_order_acq_rel, memory_order_relaxed))
             continue;
@@ -305,7 +305,7 @@ static int take_receive(struct shm_exec *e, struct shm_rqe *r, uint64_t *c, bool
             shm_srq_taken(e->w, t, k);
         /* the next message will want the next receive: start fetching its
          * line (the owner wrote it) now, off the next message's path */
-        __builtin_prefetch(&t->rq[(k + 1) % t->rq_cap], 0, 3);
+        __builtin_prefetch(&t->rq[(k + 1) & (t->rq_cap - 1)], 0, 3);
         uint64_t sum = 0;
         for (uint32_t i = 0; sane && i < r->num_sge; i++)
             sum += r->sge[i].length;
@@ -319,7 +319,7 @@ static int take_receive(struct shm_exec *e, struct shm_rqe *r, uint64_t *c, bool
                          (unsigned long long)r->total, (unsigned long long)sum);
             recv_err(e, k, IBV_WC_LOC_QP_OP_ERR, SOFT_VERR_CORRUPT);
             return shm_exec_broken(e, true, "%s: receive slot %u: %s (its shared memory is "
-                                   "corrupt)", who, (unsigned)(k % t->rq_cap), what);
+                                   "corrupt)", who, (unsigned)(k & (t->rq_cap - 1)), what);
         }
         return SHM_DONE;
     }

@@ -200,7 +200,7 @@ static uint64_t run(struct shm_exec *e, uint64_t tail)
                                   : atomic_load_explicit(&sh->state, memory_order_relaxed) ==
                                         IBV_QPS_RTS)) {
         e->index = h;
-        uint32_t si = (uint32_t)(h % sv->sq_cap);
+        uint32_t si = (uint32_t)(h & (sv->sq_cap - 1));
         struct shm_swr *slot = &sv->sq[si];
         struct shm_swr w;
         e->res = (struct soft_result){.status = IBV_WC_SUCCESS};

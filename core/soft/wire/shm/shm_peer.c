@@ -235,14 +235,18 @@ int shm_view_lookup(struct soft_wire *w, uint32_t qpn, struct shm_view *v, char 
                    s.qp_type);
     const char *field = NULL;
     uint64_t val = 0;
-    if (h.rq_cap < 1 || h.rq_cap > SOFT_MAX_QP_WR)
+    if (h.rq_cap < 1 || h.rq_cap > SOFT_MAX_QP_WR || (h.rq_cap & (h.rq_cap - 1)))
         field = "rq_cap", val = h.rq_cap;
-    else if (h.sq_cap < 1 || h.sq_cap > SOFT_MAX_QP_WR)
+    else if (h.sq_cap < 1 || h.sq_cap > SOFT_MAX_QP_WR || (h.sq_cap & (h.sq_cap - 1)))
         field = "sq_cap", val = h.sq_cap;
     else if (h.recv_db >= SHM_MAX_CQ)
         field = "recv_db", val = h.recv_db;
     else if (h.send_db >= SHM_MAX_CQ)
         field = "send_db", val = h.send_db;
+    if (field && field[1] == 'q')   /* a ring: slots are index & (cap - 1) */
+        return bad(why, whylen, "peer QP 0x%x (pid %d): %s %llu is not a ring size (a power of "
+                   "two, 1..%d; its shared memory is corrupt)", qpn, (int)s.pid, field,
+                   (unsigned long long)val, SOFT_MAX_QP_WR);
     if (field)
         return bad(why, whylen, "peer QP 0x%x (pid %d): %s %llu is out of range (its shared "
                    "memory is corrupt)", qpn, (int)s.pid, field, (unsigned long long)val);
@@ -269,9 +273,11 @@ int shm_view_lookup(struct soft_wire *w, uint32_t qpn, struct shm_view *v, char 
         uint32_t magic = b->magic, cap = b->cap;    /* once */
         if (magic != SHM_SRQ_MAGIC)
             return -ENOENT;     /* destroyed meanwhile (or never was: the same to us) */
-        if (cap < 1 || cap > SOFT_MAX_QP_WR || shm_srq_bytes(cap) > SHM_CTX_SIZE - h.srq_off)
-            return bad(why, whylen, "peer QP 0x%x (pid %d): its SRQ's cap %u is out of range "
-                       "(its shared memory is corrupt)", qpn, (int)s.pid, cap);
+        if (cap < 1 || cap > SOFT_MAX_QP_WR || (cap & (cap - 1)) ||
+            shm_srq_bytes(cap) > SHM_CTX_SIZE - h.srq_off)
+            return bad(why, whylen, "peer QP 0x%x (pid %d): its SRQ's cap %u is not a ring size "
+                       "(a power of two, 1..%d; its shared memory is corrupt)", qpn, (int)s.pid,
+                       cap, SOFT_MAX_QP_WR);
         v->srq = b;
         v->rq = b->rq;
         v->rq_cons = &b->rq_cons;

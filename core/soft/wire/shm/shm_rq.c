@@ -22,7 +22,7 @@
 
 void shm_rq_post(struct shm_rq_own *o, uint64_t index, const struct soft_wire_recv *r)
 {
-    struct shm_rqe *e = &o->rq[index % o->cap];
+    struct shm_rqe *e = &o->rq[index & (o->cap - 1)];
     e->num_sge = r->num_sge;
     e->total = r->total;
     memcpy(e->sge, r->sge, (size_t)r->num_sge * sizeof e->sge[0]);
@@ -45,7 +45,7 @@ bool shm_rq_writing_ends(struct shm_rqe *e, uint64_t c)
 void shm_rq_reset(struct shm_rq_own *o)
 {
     for (uint64_t c = o->prod - TBRT_MIN(o->prod, o->cap); c < o->prod; c++)
-        shm_rq_writing_ends(&o->rq[c % o->cap], c);
+        shm_rq_writing_ends(&o->rq[c & (o->cap - 1)], c);
     for (uint32_t i = 0; i < o->cap; i++)
         atomic_store(&o->rq[i].seq, 0);    /* old entries must not look posted */
     atomic_store(o->cons, o->prod);
@@ -77,7 +77,7 @@ static bool stalled(struct shm_rq_own *o, uint64_t c)
 {
     if (!o->many_senders || c + 1 >= o->prod)
         return false;
-    struct shm_rqe *next = &o->rq[(c + 1) % o->cap];
+    struct shm_rqe *next = &o->rq[(c + 1) & (o->cap - 1)];
     if (atomic_load_explicit(&next->seq, memory_order_relaxed) != ((c + 2) | SHM_RQE_DONE)) {
         o->stall_ns = 0;
         return false;
@@ -90,13 +90,13 @@ static bool stalled(struct shm_rq_own *o, uint64_t c)
     o->stall_ns = 0;
     /* take it back from the vanished sender (a CAS: a live one may win) */
     uint64_t want = c + 1;
-    return atomic_compare_exchange_strong(&o->rq[c % o->cap].seq, &want, 0);
+    return atomic_compare_exchange_strong(&o->rq[c & (o->cap - 1)].seq, &want, 0);
 }
 
 int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *kind, uint32_t num,
                 bool stopped, uint64_t c, struct soft_result *r)
 {
-    struct shm_rqe *e = &o->rq[c % o->cap];
+    struct shm_rqe *e = &o->rq[c & (o->cap - 1)];
     uint64_t seq = atomic_load_explicit(&e->seq, memory_order_acquire);
     bool posted = seq == c + 1, writing = seq == ((c + 1) | SHM_RQE_WRITING);
     if (writing && stopped && shm_rq_writing_ends(e, c))
@@ -124,7 +124,7 @@ int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *kind, uin
     }
     if (!posted && !writing) {
         shm_corrupt(w, "%s 0x%x: receive slot %u (receive %llu): seq 0x%llx is neither posted "
-                    "nor done (our shared block is corrupt)", kind, num, (unsigned)(c % o->cap),
+                    "nor done (our shared block is corrupt)", kind, num, (unsigned)(c & (o->cap - 1)),
                     (unsigned long long)c, (unsigned long long)seq);
         return -1;
     }

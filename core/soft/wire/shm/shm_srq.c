@@ -27,7 +27,7 @@ int shm_srq_create(struct soft_wire *w, const struct soft_wire_srq_init *init,
     struct soft_wire_srq *s = calloc(1, sizeof *s);
     if (!s)
         return err_set(why, len, ENOMEM, "out of memory");
-    s->sh_bytes = shm_srq_bytes(init->cap);
+    s->sh_bytes = shm_srq_bytes(soft_ring_size(init->cap));
     s->sh = shm_ctx_alloc(w, s->sh_bytes, &s->sh_off);
     if (!s->sh) {
         free(s);
@@ -40,7 +40,7 @@ int shm_srq_create(struct soft_wire *w, const struct soft_wire_srq_init *init,
         s->srqn = atomic_fetch_add(&next_srqn, 1) & 0xffffff;
     s->w = w;
     s->cookie = init->cookie;
-    s->cap = init->cap;
+    s->cap = soft_ring_size(init->cap);     /* slots are index & (cap - 1) */
     s->sh->srqn = s->srqn;
     s->sh->cap = s->cap;
     s->sh->magic = SHM_SRQ_MAGIC;

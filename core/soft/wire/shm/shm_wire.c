@@ -147,10 +147,13 @@ static int shm_qp_create(struct soft_wire *w, const struct soft_wire_qp_init *in
         init->sq_cap > SOFT_MAX_QP_WR)
         return err_set(why, len, EINVAL, "queue sizes %u / %u out of 1..%d", init->rq_cap,
                        init->sq_cap, SOFT_MAX_QP_WR);
+    /* the rings, as peers find them in the block: powers of two (the
+     * objects keep to the queue's own limit) */
+    uint32_t rq_cap = soft_ring_size(init->rq_cap), sq_cap = soft_ring_size(init->sq_cap);
     struct soft_wire_qp *q = calloc(1, sizeof *q);
     if (!q)
         return err_set(why, len, ENOMEM, "out of memory");
-    q->sh_bytes = shm_qp_bytes(init->rq_cap, init->sq_cap);
+    q->sh_bytes = shm_qp_bytes(rq_cap, sq_cap);
     q->sh = shm_ctx_alloc(w, q->sh_bytes, &q->sh_off);
     int rc = q->sh ? shm_slot_alloc(w, q->sh_off, init->qp_type, &q->qpn, why, len)
                    : err_set(why, len, ENOMEM, "device context full");
@@ -163,16 +166,16 @@ static int shm_qp_create(struct soft_wire *w, const struct soft_wire_qp_init *in
     q->w = w;
     q->cookie = init->cookie;
     q->qp_type = init->qp_type;
-    q->rq_cap = init->rq_cap;
-    q->sq_cap = init->sq_cap;
+    q->rq_cap = rq_cap;
+    q->sq_cap = sq_cap;
     q->recv_cq = init->recv_cq;
     q->send_cq = init->send_cq;
     q->srq = init->srq;
     q->a.state = IBV_QPS_RESET;
     struct shm_qp_block *sh = q->sh;
     sh->qp_type = init->qp_type;
-    sh->rq_cap = init->rq_cap;
-    sh->sq_cap = init->sq_cap;
+    sh->rq_cap = rq_cap;
+    sh->sq_cap = sq_cap;
     sh->recv_db = init->recv_cq->db;
     sh->send_db = init->send_cq->db;
     sh->dev_index = (uint8_t)w->cfg.dev_index;
@@ -181,10 +184,10 @@ static int shm_qp_create(struct soft_wire *w, const struct soft_wire_qp_init *in
     sh->qpn = q->qpn;
     q->self = (struct shm_view){
         .peer = w->self, .sh = sh, .rq = sh->rq, .rq_cons = &sh->rq_cons,
-        .sq = (struct shm_swr *)((char *)sh + shm_sq_offset(init->rq_cap)),
+        .sq = (struct shm_swr *)((char *)sh + shm_sq_offset(rq_cap)),
         .recv_db = init->recv_cq->dbp, .send_db = init->send_cq->dbp, .event_db = w->event_db,
-        .qpn = q->qpn, .qp_type = init->qp_type, .rq_cap = init->rq_cap,
-        .sq_cap = init->sq_cap, .recv_dbi = init->recv_cq->db, .send_dbi = init->send_cq->db,
+        .qpn = q->qpn, .qp_type = init->qp_type, .rq_cap = rq_cap,
+        .sq_cap = sq_cap, .recv_dbi = init->recv_cq->db, .send_dbi = init->send_cq->db,
         .pid = w->pid,
     };
     if (init->srq) {
@@ -193,7 +196,7 @@ static int shm_qp_create(struct soft_wire *w, const struct soft_wire_qp_init *in
         q->self.rq_cons = &init->srq->sh->rq_cons;
         q->self.rq_cap = init->srq->cap;
     }
-    q->rq_own = (struct shm_rq_own){.rq = sh->rq, .cons = &sh->rq_cons, .cap = init->rq_cap,
+    q->rq_own = (struct shm_rq_own){.rq = sh->rq, .cons = &sh->rq_cons, .cap = rq_cap,
                                     .many_senders = init->qp_type == IBV_QPT_UD};
     q->next = w->qps;
     w->qps = q;
@@ -305,7 +308,7 @@ static void shm_post_recv(struct soft_wire_qp *q, uint64_t index, const struct s
 
 static void shm_post_send(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_send *s)
 {
-    struct shm_swr *w = &q->self.sq[index % q->sq_cap];
+    struct shm_swr *w = &q->self.sq[index & (q->sq_cap - 1)];
     w->opcode = s->opcode;
     w->send_flags = s->send_flags;
     w->imm_data = s->imm_data;
@@ -371,7 +374,7 @@ static int shm_send_done(struct soft_wire_qp *q, uint64_t h, struct soft_result 
     if (head == h)
         return 0;
     struct shm_sres x;
-    memcpy(&x, &q->self.sq[h % q->sq_cap].res, sizeof x);
+    memcpy(&x, &q->self.sq[h & (q->sq_cap - 1)].res, sizeof x);
     *r = (struct soft_result){.stamp = x.stamp, .status = x.status, .vendor_err = x.vendor_err};
     q->sq_reaped = h + 1;
     return 1;
