@@ -36,6 +36,8 @@ struct tbrt_link {
     unsigned live_tick;
     double stall_since;         /* first send that found no room, 0: not stalled */
     double shared_cpu_since;    /* the peer waits on our CPU since, 0: it does not */
+    uint8_t shared_moves;       /* moves off that CPU tried in this round of */
+    uint32_t shared_round;      /* LINK_CPU_SHARED + LINK_CPU_TURNS (tbrt_link_idle) */
     unsigned blocked_tick;
     bool ready_sent;
     struct link_views views;    /* open zero-copy views (views.c) */
@@ -85,13 +87,19 @@ int link_recv_byte(tbrt_link *l, uint8_t *b);
  * and a waiter that slept meanwhile is woken onto the waker's CPU, where
  * the two then take turns at tens of us a message (measured: 2 ms keeps
  * them apart under two busy loops; 50 us does not). A waiter whose peer
- * waits on its own CPU spins on too, for LINK_CPU_SHARED: the one of the two
- * that does not run then goes cold, and the scheduler moves cold tasks to
- * another CPU (yielding to each other, both stay hot and would stay
- * together); after that they seem to share the CPU for good (pinned, or one
- * CPU), and each yields it to the other instead of spinning, for
- * LINK_CPU_TURNS, then spins again, in case the scheduler can part them
- * now. tbrt_link_idle. */
+ * waits on its own CPU first moves itself to another CPU its affinity mask
+ * allows (the end with the lower QPN; the other end too if they still share
+ * LINK_CPU_SHARED later; both again each round, below), then gives the mask
+ * back: a wake-up by a local
+ * socket puts the wakee on its waker's CPU, and two tasks taking turns
+ * there stay hot, which the scheduler is slow to part (tens of ms, measured
+ * on 2 vCPUs). Where no move is possible it spins on, for LINK_CPU_SHARED:
+ * the one of the two that does not run then goes cold, and the scheduler
+ * moves cold tasks to another CPU (yielding to each other, both stay hot
+ * and would stay together); after that they seem to share the CPU for good
+ * (pinned, or one CPU), and each yields it to the other instead of
+ * spinning, for LINK_CPU_TURNS, then spins again, in case the scheduler can
+ * part them now. tbrt_link_idle. */
 #define LINK_SPIN_RDMA 50e-6
 #define LINK_SPIN_AWAKE 2e-3
 #define LINK_CPU_SHARED 20e-3

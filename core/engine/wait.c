@@ -17,6 +17,23 @@
 #include "util/debug.h"
 #include "util/util.h"
 
+/* The peer waits on CPU `cpu`, ours: move this thread to another CPU of
+ * its mask, then give the mask back (link.h says why). False when there is
+ * none to move to. */
+static bool move_off_cpu(int cpu)
+{
+    cpu_set_t mask, other;
+    if (cpu < 0 || sched_getaffinity(0, sizeof mask, &mask) != 0)
+        return false;
+    other = mask;
+    CPU_CLR(cpu, &other);
+    if (CPU_COUNT(&other) == 0 || sched_setaffinity(0, sizeof other, &other) != 0)
+        return false;
+    /* the move is done when the call returns; the mask as it was again */
+    sched_setaffinity(0, sizeof mask, &mask);
+    return true;
+}
+
 /* A look that found nothing: pause as fits where the peer is, and say how
  * long since its last progress a waiter may keep looking before it sleeps
  * (link.h: link_spin, LINK_SPIN_AWAKE, LINK_CPU_SHARED). */
@@ -24,17 +41,39 @@ double tbrt_link_idle(tbrt_link *l)
 {
     if (!l)
         return 0;
-    int where = DEV_PEER_UNKNOWN;
+    int where = DEV_PEER_UNKNOWN, cpu = sched_getcpu();
     if (l->x.dev && l->x.qp && l->x.dev->ops->qp_peer)
-        where = l->x.dev->ops->qp_peer(l->x.qp, sched_getcpu());
+        where = l->x.dev->ops->qp_peer(l->x.qp, cpu);
     if (where != DEV_PEER_HERE) {
         l->shared_cpu_since = 0;
+        l->shared_moves = 0;
+        l->shared_round = 0;
     } else {
         double now = now_s();
         if (!l->shared_cpu_since)
             l->shared_cpu_since = now;
-        else if (fmod(now - l->shared_cpu_since, LINK_CPU_SHARED + LINK_CPU_TURNS) >
-                 LINK_CPU_SHARED)
+        /* one end moves at once, the other if they still share later (both
+         * at once could swap CPUs and share again); again each round (a
+         * mask may have grown meanwhile) */
+        uint32_t round = (uint32_t)((now - l->shared_cpu_since) / (LINK_CPU_SHARED + LINK_CPU_TURNS));
+        if (round != l->shared_round) {
+            l->shared_round = round;
+            l->shared_moves = 0;
+        }
+        if (l->shared_moves == 0 && l->x.qp->qp_num < l->x.peer.qpn) {
+            l->shared_moves = 1;
+            if (move_off_cpu(cpu)) {
+                l->x.stats.cpu_moves++;
+                return LINK_SPIN_AWAKE;
+            }
+        } else if (l->shared_moves < 2 && now - l->shared_cpu_since > LINK_CPU_SHARED) {
+            l->shared_moves = 2;
+            if (move_off_cpu(cpu)) {
+                l->x.stats.cpu_moves++;
+                return LINK_SPIN_AWAKE;
+            }
+        }
+        if (fmod(now - l->shared_cpu_since, LINK_CPU_SHARED + LINK_CPU_TURNS) > LINK_CPU_SHARED)
             sched_yield();      /* the peer cannot answer while we spin */
     }
     if (l->opts.spin >= 0 || !l->x.dev)

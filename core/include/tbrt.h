@@ -367,6 +367,8 @@ typedef struct tbrt_link_stats {
     uint64_t recv_posted;    /* receives the device holds now (RDMA): a drained
                                 stride goes back when the link next finds
                                 nothing to do, or 8 (nbuf/4 + 1) at a time */
+    uint64_t cpu_moves;      /* times a waiter that found its peer waiting on
+                                its own CPU moved itself to another one */
 } tbrt_link_stats;
 
 enum tbrt_link_state {

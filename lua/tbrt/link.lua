@@ -428,6 +428,7 @@ function Link:stats()
     completions = tonumber(s.completions), spins = tonumber(s.spins),
     sleeps = tonumber(s.sleeps), eagain = tonumber(s.eagain),
     inline_sends = tonumber(s.inline_sends), recv_posted = tonumber(s.recv_posted),
+    cpu_moves = tonumber(s.cpu_moves),
   }
 end
 
