@@ -489,9 +489,11 @@ int tbrt_link_arm(tbrt_link *l);
  * need the caller's calls to move. */
 double tbrt_link_sleep_max(tbrt_link *l);
 /* For an event loop that waits itself, after a look (progress) that found
- * nothing: pauses as fits where the peer is (the CPU yielded to it when it
- * runs on this one) and returns how long (s) since the link's last
- * progress the waiter should keep looking before it arms and sleeps. */
+ * nothing: pauses as fits where the peer is (when it waits on this CPU, the
+ * calling thread moves to another CPU of its affinity mask, which is then
+ * restored; where it cannot, the CPU is yielded to the peer) and returns
+ * how long (s) since the link's last progress the waiter should keep
+ * looking before it arms and sleeps. */
 double tbrt_link_idle(tbrt_link *l);
 /* Would a call stop waiting now? what: TBRT_WAIT_RECV (bytes, EOF or an
  * error to report), TBRT_WAIT_SEND (room in the ring, or an error),
