@@ -224,7 +224,10 @@ describe("soft device between network namespaces (UDP wire)", function()
 
     it("RDMA WRITE, WRITE with immediate and READ across the cable", function()
       if why then return pending(why) end
-      ends{ type = "RC" }
+      -- the responder idle on its pipe answers from its helper thread (after
+      -- 2 ms): an ACK budget of 4 ms x 3 (soft_end's default) was met once
+      -- in a loaded full run; 67 ms x 8 here
+      ends{ type = "RC", timeout = 14, retry_cnt = 7 }
       a:must{ op = "fill", buf = "send", byte = 0x33, len = 5000 }
       a:must{ op = "post_send", len = 5000, opcode = "RDMA_WRITE", rkey = b.recv_key,
         raddr = b.recv_addr }
