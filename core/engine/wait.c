@@ -55,7 +55,8 @@ double tbrt_link_idle(tbrt_link *l)
         /* one end moves at once, the other if they still share later (both
          * at once could swap CPUs and share again); again each round (a
          * mask may have grown meanwhile) */
-        uint32_t round = (uint32_t)((now - l->shared_cpu_since) / (LINK_CPU_SHARED + LINK_CPU_TURNS));
+        uint32_t round =
+            (uint32_t)((now - l->shared_cpu_since) / (LINK_CPU_SHARED + LINK_CPU_TURNS));
         if (round != l->shared_round) {
             l->shared_round = round;
             l->shared_moves = 0;

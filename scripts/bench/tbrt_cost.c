@@ -120,7 +120,8 @@ __attribute__((noinline)) struct pair cost_setup(int ls, const char *dev, const 
 int main(int argc, char **argv)
 {
     if (argc < 6) {
-        fprintf(stderr, "usage: tbrt-cost DEVICE PERSONALITY pingpong|idle|setup SIZE ITERS [LINKS]\n");
+        fprintf(stderr,
+                "usage: tbrt-cost DEVICE PERSONALITY pingpong|idle|setup SIZE ITERS [LINKS]\n");
         return 2;
     }
     const char *dev = argv[1], *pers = argv[2], *mode = argv[3];

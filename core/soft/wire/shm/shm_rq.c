@@ -124,8 +124,8 @@ int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *kind, uin
     }
     if (!posted && !writing) {
         shm_corrupt(w, "%s 0x%x: receive slot %u (receive %llu): seq 0x%llx is neither posted "
-                    "nor done (our shared block is corrupt)", kind, num, (unsigned)(c & (o->cap - 1)),
-                    (unsigned long long)c, (unsigned long long)seq);
+                    "nor done (our shared block is corrupt)", kind, num,
+                    (unsigned)(c & (o->cap - 1)), (unsigned long long)c, (unsigned long long)seq);
         return -1;
     }
     if ((++o->idle & 255) == 0 && !cons_sane(w, o, kind, num, c))
