@@ -41,9 +41,11 @@ double tbrt_link_idle(tbrt_link *l)
 {
     if (!l)
         return 0;
-    int where = DEV_PEER_UNKNOWN, cpu = sched_getcpu();
-    if (l->x.dev && l->x.qp && l->x.dev->ops->qp_peer)
+    int where = DEV_PEER_UNKNOWN, cpu = -1;
+    if (l->x.dev && l->x.qp && l->x.dev->ops->qp_peer) {
+        cpu = sched_getcpu();
         where = l->x.dev->ops->qp_peer(l->x.qp, cpu);
+    }
     if (where != DEV_PEER_HERE) {
         l->shared_cpu_since = 0;
         l->shared_moves = 0;
@@ -52,29 +54,24 @@ double tbrt_link_idle(tbrt_link *l)
         double now = now_s();
         if (!l->shared_cpu_since)
             l->shared_cpu_since = now;
-        /* one end moves at once, the other if they still share later (both
-         * at once could swap CPUs and share again); again each round (a
-         * mask may have grown meanwhile) */
-        uint32_t round =
-            (uint32_t)((now - l->shared_cpu_since) / (LINK_CPU_SHARED + LINK_CPU_TURNS));
+        double in = now - l->shared_cpu_since, period = LINK_CPU_SHARED + LINK_CPU_TURNS;
+        uint32_t round = (uint32_t)(in / period);
+        double phase = in - round * period;
         if (round != l->shared_round) {
             l->shared_round = round;
             l->shared_moves = 0;
         }
-        if (l->shared_moves == 0 && l->x.qp->qp_num < l->x.peer.qpn) {
-            l->shared_moves = 1;
-            if (move_off_cpu(cpu)) {
-                l->x.stats.cpu_moves++;
-                return LINK_SPIN_AWAKE;
-            }
-        } else if (l->shared_moves < 2 && now - l->shared_cpu_since > LINK_CPU_SHARED) {
-            l->shared_moves = 2;
-            if (move_off_cpu(cpu)) {
-                l->x.stats.cpu_moves++;
-                return LINK_SPIN_AWAKE;
-            }
+        /* each round, the end with the lower QPN tries to move at its start,
+         * the other once LINK_CPU_SHARED of it has passed (both at once
+         * could swap CPUs and share again); a mask may have grown meanwhile */
+        uint8_t turn = l->x.qp->qp_num < l->x.peer.qpn ? 1 : phase > LINK_CPU_SHARED ? 2 : 0;
+        bool moved = false;
+        if (turn > l->shared_moves) {
+            l->shared_moves = turn;
+            moved = move_off_cpu(cpu);
+            l->x.stats.cpu_moves += moved;
         }
-        if (fmod(now - l->shared_cpu_since, LINK_CPU_SHARED + LINK_CPU_TURNS) > LINK_CPU_SHARED)
+        if (!moved && phase > LINK_CPU_SHARED)
             sched_yield();      /* the peer cannot answer while we spin */
     }
     if (l->opts.spin >= 0 || !l->x.dev)

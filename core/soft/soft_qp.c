@@ -76,9 +76,10 @@ int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out)
     struct soft_qp *q = calloc(1, sizeof *q);
     /* a QP that never receives (max_recv_wr 0, or an SRQ) keeps one unused slot */
     uint32_t sq_cap = cap->max_send_wr, rq_cap = cap->max_recv_wr ? cap->max_recv_wr : 1;
+    uint32_t rq_ring = soft_ring_size(rq_cap), sq_ring = soft_ring_size(sq_cap);
     if (q) {
-        q->rq_wr = calloc(soft_ring_size(rq_cap), sizeof *q->rq_wr);
-        q->sq_wr = calloc(soft_ring_size(sq_cap), sizeof *q->sq_wr);
+        q->rq_wr = calloc(rq_ring, sizeof *q->rq_wr);
+        q->sq_wr = calloc(sq_ring, sizeof *q->sq_wr);
     }
     if (!q || !q->rq_wr || !q->sq_wr) {
         if (q) {
@@ -103,8 +104,8 @@ int soft_create_qp(tbrt_pd *pd, tbrt_qp_init *init, tbrt_qp **out)
     }
     q->rq_cap = rq_cap;
     q->sq_cap = sq_cap;
-    q->rq_mask = soft_ring_size(rq_cap) - 1;
-    q->sq_mask = soft_ring_size(sq_cap) - 1;
+    q->rq_mask = rq_ring - 1;
+    q->sq_mask = sq_ring - 1;
     q->sd = sd;
     q->a = (struct soft_wire_qp_attr){.state = IBV_QPS_RESET, .mtu = (uint8_t)p->mtu};
     q->sq_sig_all = init->sq_sig_all != 0;

@@ -205,6 +205,13 @@ static int slot_check(uint32_t qpn, const struct shm_slot *s, char *why, size_t 
     return 0;
 }
 
+/* A ring length a block may say: a power of two (slots are index &
+ * (cap - 1), soft_ring_size), 1..SOFT_MAX_QP_WR. */
+static bool ring_size_ok(uint32_t cap)
+{
+    return cap >= 1 && cap <= SOFT_MAX_QP_WR && (cap & (cap - 1)) == 0;
+}
+
 int shm_view_lookup(struct soft_wire *w, uint32_t qpn, struct shm_view *v, char *why,
                      size_t whylen)
 {
@@ -235,9 +242,9 @@ int shm_view_lookup(struct soft_wire *w, uint32_t qpn, struct shm_view *v, char 
                    s.qp_type);
     const char *field = NULL;
     uint64_t val = 0;
-    if (h.rq_cap < 1 || h.rq_cap > SOFT_MAX_QP_WR || (h.rq_cap & (h.rq_cap - 1)))
+    if (!ring_size_ok(h.rq_cap))
         field = "rq_cap", val = h.rq_cap;
-    else if (h.sq_cap < 1 || h.sq_cap > SOFT_MAX_QP_WR || (h.sq_cap & (h.sq_cap - 1)))
+    else if (!ring_size_ok(h.sq_cap))
         field = "sq_cap", val = h.sq_cap;
     else if (h.recv_db >= SHM_MAX_CQ)
         field = "recv_db", val = h.recv_db;
@@ -273,8 +280,7 @@ int shm_view_lookup(struct soft_wire *w, uint32_t qpn, struct shm_view *v, char 
         uint32_t magic = b->magic, cap = b->cap;    /* once */
         if (magic != SHM_SRQ_MAGIC)
             return -ENOENT;     /* destroyed meanwhile (or never was: the same to us) */
-        if (cap < 1 || cap > SOFT_MAX_QP_WR || (cap & (cap - 1)) ||
-            shm_srq_bytes(cap) > SHM_CTX_SIZE - h.srq_off)
+        if (!ring_size_ok(cap) || shm_srq_bytes(cap) > SHM_CTX_SIZE - h.srq_off)
             return bad(why, whylen, "peer QP 0x%x (pid %d): its SRQ's cap %u is not a ring size "
                        "(a power of two, 1..%d; its shared memory is corrupt)", qpn, (int)s.pid,
                        cap, SOFT_MAX_QP_WR);
