@@ -15,7 +15,8 @@ static const char *counter_names[] = {
     "naks_sent", "naks_recv", "rnr_naks_sent", "rnr_naks_recv", "duplicates", "out_of_order",
     "drops_injected", "corrupt_injected", "dups_injected", "reordered_injected",
     "delayed_injected", "icrc_failures", "acks_sent", "acks_recv", "credits_sent",
-    "credits_recv", "bad_packets", "rnr_resends", "tail_probes",
+    "credits_recv", "bad_packets", "rnr_resends", "tail_probes", "copies_shared",
+    "pieces_helped", "bytes_helped",
 };
 
 int soft_counters(tbrt_dev *dev, uint32_t qpn, const char **names, uint64_t *values, int max)

@@ -68,7 +68,8 @@ function ops.open(r)
     e.ah = assert(dev:ah{ pd = e.pd, port = e.port, dgid = LOOPBACK, sgid_index = e.sgid })
   end
   return { qpn = e.qp.num, pid = ffi.C.getpid(), send_key = e.smr.lkey, recv_key = e.rmr.lkey,
-    recv_addr = string.format("%.0f", tonumber(e.rmr.addr)) }  -- a string: JSON keeps 14 digits
+    recv_addr = string.format("%.0f", tonumber(e.rmr.addr)),  -- a string: JSON keeps 14 digits
+    send_addr = string.format("%.0f", tonumber(e.smr.addr)) }
 end
 
 function ops.connect(r)
@@ -151,9 +152,55 @@ function ops.peek(r)
   return { bytes = t }
 end
 function ops.stats() return { stats = e.dev:stats() } end
+
+-- A stream of n messages of len bytes each way, every byte checked: the
+-- sender's buffer holds pattern(i) = (i * 7 + 3) % 256, the receiver
+-- clears its buffer before each receive and compares after it.
+local function pattern(buf, len)
+  for i = 0, len - 1 do buf[i] = (i * 7 + 3) % 256 end
+end
+
+function ops.stream_send(r)
+  pattern(e.sbuf, r.len)
+  for i = 1, r.n do
+    local ok, err = e.qp:post_send{ mr = e.smr, len = r.len, wr_id = i }
+    if not ok then return { err = err } end
+    local wcs, werr = e.cq:wait(1, r.timeout or 5)
+    if not wcs then return { err = "send " .. i .. ": " .. tostring(werr) } end
+    if wcs[1].status ~= "IBV_WC_SUCCESS" then
+      return { err = "send " .. i .. ": " .. wcs[1].status .. ": " .. tostring(wcs[1].why) }
+    end
+  end
+  return { ok = true }
+end
+
+function ops.stream_recv(r)
+  local want = ffi.new("uint8_t[?]", r.len)
+  pattern(want, r.len)
+  for i = 1, r.n do
+    ffi.fill(e.rbuf, r.len, 0)
+    local ok, err = e.qp:post_recv{ mr = e.rmr, len = r.len, wr_id = i }
+    if not ok then return { err = err } end
+    local wcs, werr = e.cq:wait(1, r.timeout or 5)
+    if not wcs then return { err = "receive " .. i .. ": " .. tostring(werr) } end
+    if wcs[1].status ~= "IBV_WC_SUCCESS" or tonumber(wcs[1].byte_len) ~= r.len then
+      return { err = "receive " .. i .. ": " .. wcs[1].status .. ", " .. tostring(wcs[1].byte_len) ..
+        " bytes: " .. tostring(wcs[1].why) }
+    end
+    if ffi.C.memcmp(e.rbuf, want, r.len) ~= 0 then
+      for k = 0, r.len - 1 do
+        if e.rbuf[k] ~= want[k] then
+          return { err = string.format("receive %d: byte %d is %d, not %d", i, k, e.rbuf[k], want[k]) }
+        end
+      end
+    end
+  end
+  return { ok = true }
+end
 function ops.ping() return { pong = true } end
 
 ffi.cdef [[ int getpid(void); ]]
+pcall(ffi.cdef, [[ int memcmp(const void *, const void *, size_t); ]])
 io.stdout:setvbuf("line")
 for line in io.lines() do
   local req = cjson.decode(line)

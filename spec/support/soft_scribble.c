@@ -13,6 +13,8 @@
  *   rqe.<i>.<f>     receive slot i: seq num_sge total sge0.addr sge0.length sge0.lkey
  *   swr.<i>.<f>     send slot i: num_sge total opcode send_flags sge0.length ...
  *   mr.<key>.<f>    the owner's MR table entry of key: addr length fd_off memfd access
+ *   take-piece      not a field: wait up to VALUE ms for a shared copy's job in the
+ *                   QP's block (shm_copy.c), take one piece of it and never finish it
  * VALUE is a number (C syntax, may be negative). Built into build/test/ by
  * core/soft/part.mk; used by spec/soft_hostile_spec.lua through soft_ends.lua. */
 #include <errno.h>
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "soft/wire/shm/shm.h"
@@ -48,7 +51,14 @@ static const struct field qp_fields[] = {
     F(struct shm_qp_block, rnr_retry), F(struct shm_qp_block, mtu),
     F(struct shm_qp_block, port), F(struct shm_qp_block, rq_cons),
     F(struct shm_qp_block, sq_tail), F(struct shm_qp_block, sq_lock),
-    F(struct shm_qp_block, sq_head), {0}};
+    F(struct shm_qp_block, sq_head), F(struct shm_qp_block, help_wanted),
+    FN("copy.claim", struct shm_qp_block, copy.claim),
+    FN("copy.done", struct shm_qp_block, copy.done),
+    FN("copy.src_key", struct shm_qp_block, copy.src_key),
+    FN("copy.dst_key", struct shm_qp_block, copy.dst_key),
+    FN("copy.src_addr", struct shm_qp_block, copy.src_addr),
+    FN("copy.dst_addr", struct shm_qp_block, copy.dst_addr),
+    FN("copy.len", struct shm_qp_block, copy.len), {0}};
 static const struct field rqe_fields[] = {
     F(struct shm_rqe, seq), F(struct shm_rqe, num_sge), F(struct shm_rqe, total),
     FN("sge0.addr", struct shm_rqe, sge[0].addr),
@@ -144,6 +154,29 @@ int main(int argc, char **argv)
     struct shm_qp_block *q = (struct shm_qp_block *)(ctx + slot->qp_off);
     char name[64];
     unsigned long idx = 0;
+    if (strcmp(field, "take-piece") == 0) {
+        /* a target that takes a piece of a shared copy and never finishes
+         * it: wait up to VALUE ms for a job in the QP's block, take one */
+        _Atomic uint64_t *claim = &q->copy.claim;
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (unsigned long spins = 0;; spins++) {
+            if ((spins & 1023) == 1023) {
+                clock_gettime(CLOCK_MONOTONIC, &t);
+                if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > value)
+                    break;
+            }
+            uint64_t w = atomic_load(claim);
+            uint32_t n = (uint32_t)(w >> 16) & 0xffff;
+            if ((w >> 32) && (w & 0xffff) < n && atomic_compare_exchange_strong(claim, &w, w + 1)) {
+                printf("QP 0x%x: took piece %u of %u of job %u\n", qpn, (unsigned)(w & 0xffff),
+                       n, (unsigned)(w >> 32));
+                return 0;
+            }
+        }
+        fprintf(stderr, "soft-scribble: no shared copy in QP 0x%x in %lld ms\n", qpn, value);
+        return 1;
+    }
     if (strncmp(field, "ctx.", 4) == 0) {
         put(ctx, find(ctx_fields, field + 4), value);
     } else if (strncmp(field, "qp.", 3) == 0) {

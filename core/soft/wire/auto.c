@@ -556,6 +556,8 @@ static void auto_stats(struct soft_wire *w, uint32_t qpn, struct soft_wire_stats
 {
     if (w->udp)
         UDP->stats(w->udp, qpn, s);
+    if (w->shm)
+        SHM->stats(w->shm, qpn, s);
 }
 
 const struct soft_wire_ops soft_wire_auto = {

@@ -292,6 +292,9 @@ struct soft_wire_stats {
     uint64_t rnr_resends;             /* packets sent again after an RNR NAK (not loss) */
     uint64_t tail_probes;             /* RC: last packets sent again for want of an ACK
                                          (before the retransmit timer; not counted above) */
+    uint64_t copies_shared;           /* shm: our sends whose copy the target's process
+                                         helped with (shm_copy.c) */
+    uint64_t pieces_helped, bytes_helped; /* shm: what we copied for peers' sends */
 };
 
 /* A queue pair, as created. */

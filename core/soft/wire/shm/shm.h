@@ -68,8 +68,9 @@
 #include "soft/wire/alarm.h"
 
 #define SHM_CTX_MAGIC 0x54464f5354524254ull /* "TBRTSOFT" */
-#define SHM_CTX_VERSION 4         /* 3: one-line receive results, WQE-shaped sends; 4: SRQs,
-                                     atomics, 30 SGEs, iova, the event doorbell */
+#define SHM_CTX_VERSION 5         /* 3: one-line receive results, WQE-shaped sends; 4: SRQs,
+                                     atomics, 30 SGEs, iova, the event doorbell; 5: the
+                                     shared copy's job in each QP block */
 #define SHM_CTX_SIZE (256ull << 20)         /* sparse: pages appear on use */
 #define SHM_MR_MAX (SOFT_MAX_MR + 1) /* entry 0 is never used: keys are never 0 */
 #define SHM_MAX_CQ 1024                     /* CQ doorbells per context */
@@ -235,6 +236,19 @@ struct shm_swr {
 #define SHM_SWR_HEAD offsetof(struct shm_swr, sge)
 _Static_assert(SHM_SWR_HEAD == SHM_LINE, "what every send needs is one cache line");
 
+/* A send's copy cut into pieces that the target's process may take too
+ * (shm_copy.c). `claim` names the job and hands out its pieces: gen << 32
+ * | pieces << 16 | next piece (0: no job). `done` counts the pieces others
+ * finished. The rest says where the bytes are, as MR keys and addresses
+ * (a peer's words: the helper resolves them through the MR tables). */
+struct shm_copy_job {
+    SHM_OWN_LINE _Atomic uint64_t claim;
+    _Atomic uint32_t done;
+    uint32_t src_key, dst_key;
+    uint32_t pad;
+    uint64_t src_addr, dst_addr, len;
+};
+
 /* The shared half of a queue pair: state, receive queue, send queue. */
 struct shm_qp_block {
     /* read mostly; the owner's copies are the truth */
@@ -266,6 +280,9 @@ struct shm_qp_block {
     /* owner: the CPU it last waited on + 1 (0: none yet), for a waiting
      * peer choosing to spin or yield (written only when it changes) */
     SHM_OWN_LINE _Atomic int32_t owner_cpu;
+    /* a large send's copy into our receive, shared with us (shm_copy.c):
+     * written by the connected sender's executor, pieces taken by both */
+    struct shm_copy_job copy;
     struct shm_rqe rq[];
 };
 
@@ -383,6 +400,9 @@ struct soft_wire {
     struct soft_wire *next_wire; /* the process's shm wires (shm_mem.c) */
     bool mem_attached;
     bool alarm_user;            /* holds a use of the alarm thread (alarm.h) */
+    /* shared copies (shm_copy.c): ours that a peer helped with, and the
+     * pieces and bytes we copied for peers' sends */
+    uint64_t copies_shared, pieces_helped, bytes_helped;
 };
 
 struct soft_wire_cq {
@@ -447,6 +467,7 @@ struct soft_wire_qp {
     uint64_t lock_checked_ns;   /* last look for a dead holder of our SQ lock */
     unsigned alive_tick;        /* look at the clock every 64th send */
     struct soft_path_memo path; /* its ports last found up (shm_deliver.c: path_up) */
+    uint32_t copy_gen;          /* the last shared copy's job we published (shm_copy.c) */
 };
 
 /* ---- functions across the files ---------------------------------------------- */
@@ -600,6 +621,21 @@ enum { SHM_DONE, SHM_WAIT, SHM_FAILED, SHM_SKIP, SHM_BROKEN };
  * checked copy). */
 int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w);
 int shm_deliver_ud(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w);
+
+/* shm_copy.c: the copy of a send into its receive, n bytes from src
+ * (the sender's MR src_key at src_addr) to dst (the target's dst_key at
+ * dst_addr). Large ones the owner's executor shares with the target's
+ * process. 0, or -EBADMSG with e->why when the target took a piece and
+ * stalled. */
+struct shm_copy_span {
+    void *dst;
+    const void *src;
+    uint64_t len, src_addr, dst_addr;
+    uint32_t src_key, dst_key;
+};
+int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c);
+/* Our receiving QP q's turn: take pieces of a copy its peer shares. */
+void shm_copy_help(struct soft_wire_qp *q);
 /* A bad value met while running a send (shm_exec.c). `in_target`: it was in
  * the target's memory (the send fails; the target goes to ERR), else in the
  * queue being run (the QP it belongs to, or we run it for, breaks). */

@@ -97,6 +97,17 @@ static int scatter(struct shm_exec *e, const struct shm_swr *w, void **src, cons
                                    : SOFT_VERR_LKEY;
             return rc;
         }
+        if (!inl && w->num_sge == 1 && r->num_sge == 1 && take == w->total) {
+            /* one piece to one place: the copy a target may share */
+            struct shm_copy_span c = {.dst = dst, .src = src[0], .len = take,
+                                      .src_addr = w->sge[0].addr, .dst_addr = daddr,
+                                      .src_key = w->sge[0].lkey, .dst_key = d->lkey};
+            if (shm_copy_run(e, &c)) {
+                *verr = SOFT_VERR_CORRUPT;
+                return -EBADMSG;
+            }
+            return 0;
+        }
         uint64_t doff = 0;
         while (doff < take) {
             /* sums were checked: si stays inside the gather list */

@@ -289,6 +289,9 @@ void shm_sq_run_peer(struct soft_wire_qp *target)
         if (atomic_load_explicit(&sh->sq_head, memory_order_relaxed) == tail ||
             !shm_sq_lock(target->w, sh, false))
             return;
+        /* the tail again, under the lock: the owner may have posted and run
+         * past the one we read before we got it */
+        tail = atomic_load_explicit(&sh->sq_tail, memory_order_acquire);
         struct shm_exec e;
         exec_init(&e, target->w, sv);
         e.served = target;

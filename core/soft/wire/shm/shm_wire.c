@@ -457,8 +457,12 @@ static int shm_progress(struct soft_wire *w, struct soft_wire_event *ev, int max
             }
         }
         struct shm_qp_block *pqp = q->peer.sh;
-        if (pqp->dest_qpn == q->qpn && pqp->qpn == q->a.dest_qpn)
-            shm_sq_run_peer(q);
+        if (pqp->dest_qpn != q->qpn || pqp->qpn != q->a.dest_qpn)
+            continue;
+        /* a copy into our receive it shares first: it holds its queue's
+         * lock meanwhile, so running its queue must wait anyway */
+        shm_copy_help(q);
+        shm_sq_run_peer(q);
     }
     /* a peer's run of our queue may have failed just now: ERR comes with
      * the result that says so, as on hardware */
@@ -476,6 +480,17 @@ static int shm_progress(struct soft_wire *w, struct soft_wire_event *ev, int max
     if (TBRT_UNLIKELY(w->srqs != NULL) && n < max)
         n += shm_srq_events(w, ev + n, max - n);
     return n;
+}
+
+/* The device's shared-copy counters (per QP the shm wire counts nothing:
+ * a QPN asks only for the packets of a UDP wire). */
+static void shm_stats(struct soft_wire *w, uint32_t qpn, struct soft_wire_stats *s)
+{
+    if (qpn)
+        return;
+    s->copies_shared += w->copies_shared;
+    s->pieces_helped += w->pieces_helped;
+    s->bytes_helped += w->bytes_helped;
 }
 
 const struct soft_wire_ops soft_wire_shm = {
@@ -510,4 +525,5 @@ const struct soft_wire_ops soft_wire_shm = {
     .recv_done = shm_recv_done,
     .send_done = shm_send_done,
     .qp_peer = shm_qp_peer,
+    .stats = shm_stats,
 };

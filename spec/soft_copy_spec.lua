@@ -1,0 +1,133 @@
+-- soft_copy_spec.lua - the shm wire shares a large send's copy with the
+-- receiving process (core/soft/wire/shm/shm_copy.c). Every byte still
+-- arrives; the receiver copies pieces while it waits; a job in its block
+-- that names memory it may not copy (a peer's words) is never copied; and
+-- a target that takes a piece and stalls fails the send, after a bound,
+-- instead of hanging its sender. Each end is a process of its own
+-- (spec/support/soft_end.lua).
+local cjson = require("cjson")
+local task = require("tbrt.task")
+local E = require("soft_ends")
+local H = require("helpers")
+local L = require("links")
+
+local MIB = 1048576
+
+-- Ask x for req without waiting; returns a function that waits (bounded)
+-- for the reply and fails the spec on an error reply.
+local function start(x, req)
+  local n = #x.lines
+  x.inp:write(cjson.encode(req) .. "\n")
+  return function(timeout)
+    assert(task.wait(function() return #x.lines > n or not x:alive() end, timeout or 60),
+      req.op .. ": no reply in time")
+    assert(#x.lines > n, x:why_dead())
+    local r = cjson.decode(table.remove(x.lines, n + 1))
+    assert(not r.err, req.op .. ": " .. tostring(r.err))
+    return r
+  end
+end
+
+local function stats(x) return x:must{ op = "stats" }.stats end
+
+-- claim word: generation << 32 | pieces << 16 | next piece
+local function claim(gen, pieces) return string.format("0x%x", gen * 2 ^ 32 + pieces * 2 ^ 16) end
+
+describe("soft device: a large send's copy shared with its target", function()
+  it("streams 1 MiB sends with every byte right while the receiver copies pieces of them",
+    L.async(function()
+      local a, b = E.pair{ personality = "linux-rc", type = "RC", mr_len = MIB }
+      -- the receiver helps only while it polls at the same time as the sender
+      -- copies; on a loaded machine a run may find it asleep throughout
+      local helped, tries = 0, 0
+      while helped == 0 and tries < 4 do
+        tries = tries + 1
+        local recv = start(b, { op = "stream_recv", n = 300, len = MIB })
+        a:must({ op = "stream_send", n = 300, len = MIB }, 60)
+        recv()
+        helped = stats(b).pieces_helped
+      end
+      local sa, sb = stats(a), stats(b)
+      assert.is_true(helped > 0, "the receiver took no piece in " .. tries .. " runs of 300")
+      assert.is_true(sa.copies_shared > 0, "the sender counted no shared copy")
+      assert.equal(0, sa.pieces_helped)
+      assert.is_true(sb.bytes_helped >= helped and sb.bytes_helped <= helped * 16384,
+        "bytes_helped " .. sb.bytes_helped .. " for " .. helped .. " pieces")
+      E.close(a, b)
+    end))
+
+  it("copies a job that names the sender's and its own memory, and no job that names other memory",
+    L.async(function()
+      local a, b = E.pair{ personality = "linux-rc", type = "RC", mr_len = MIB }
+      local LEN = 65536
+      -- write a job into b's block as its peer's executor would, then let b take a turn
+      local function job(src_key, src_addr, dst_key, dst_addr, len, pieces)
+        b:must{ op = "fill", buf = "recv", len = MIB, byte = 0x11 }
+        for _, f in ipairs {
+          { "qp.copy.src_key", src_key }, { "qp.copy.src_addr", src_addr },
+          { "qp.copy.dst_key", dst_key }, { "qp.copy.dst_addr", dst_addr }, { "qp.copy.len", len },
+          { "qp.copy.done", 0 }, { "qp.copy.claim", claim(7, pieces) }, { "qp.help_wanted", 1 } } do
+          E.scribble(b, f[1], f[2])
+        end
+        b:call{ op = "poll", n = 1, timeout = 0.2 }      -- nothing arrives: a turn or more
+        assert.is_true(b:alive(), b:why_dead())
+      end
+      local function recv_bytes(off) return b:must{ op = "peek", buf = "recv", off = off, len = 4 }.bytes end
+      a:must{ op = "fill", buf = "send", len = MIB, byte = 0x5a }
+      local send_addr = tonumber(a.send_addr)
+      local recv_addr = tonumber(b.recv_addr)
+      -- the control: a job inside both MRs is copied (so the ones below are looked at)
+      job(a.send_key, a.send_addr, b.recv_key, b.recv_addr, LEN, 4)
+      assert.same({ 0x5a, 0x5a, 0x5a, 0x5a }, recv_bytes(LEN - 4))
+      assert.same({ 0x11, 0x11, 0x11, 0x11 }, recv_bytes(LEN))
+      local bad = {
+        { "the source past the sender's MR", a.send_key, string.format("%.0f", send_addr + MIB - 100),
+          b.recv_key, b.recv_addr, LEN, 4, 0 },
+        { "the destination past its own MR", a.send_key, a.send_addr, b.recv_key,
+          string.format("%.0f", recv_addr + MIB - 100), LEN, 4, MIB - 100 },
+        { "a source key that is no MR", 0x12345, a.send_addr, b.recv_key, b.recv_addr, LEN, 4, 0 },
+        { "a destination key that is the peer's", a.send_key, a.send_addr, a.send_key, b.recv_addr,
+          LEN, 4, 0 },
+        { "pieces that disagree with its length", a.send_key, a.send_addr, b.recv_key, b.recv_addr,
+          LEN, 1, 0 },
+        { "a length of 2^40", a.send_key, a.send_addr, b.recv_key, b.recv_addr, "0x10000000000",
+          0x7fff, 0 },
+      }
+      for _, c in ipairs(bad) do
+        job(c[2], c[3], c[4], c[5], c[6], c[7])
+        assert.same({ 0x11, 0x11, 0x11, 0x11 }, recv_bytes(c[8]), c[1] .. ": copied")
+      end
+      -- and the connection goes on: real shared copies land whole
+      local recv = start(b, { op = "stream_recv", n = 8, len = MIB })
+      a:must({ op = "stream_send", n = 8, len = MIB }, 30)
+      recv()
+      E.close(a, b)
+    end))
+
+  it("fails the send of a sender whose target took a piece and never finished it, after 1 s",
+    L.async(function()
+      local a, b = E.pair{ personality = "linux-rc", type = "RC", mr_len = 4 * MIB }
+      -- plays the target's process: takes a piece of the next job in b's block
+      local thief = H.spawn(E.SCRIBBLE, { "--personality", "linux-rc", tostring(b.qpn), "take-piece",
+        "20000" })
+      task.sleep(0.3)
+      -- the thief may share a CPU with the sender and miss a job: send until it takes one
+      local r, took
+      for _ = 1, 50 do
+        b:must{ op = "post_recv", len = 4 * MIB }
+        local t0 = H.now()
+        a:must({ op = "post_send", len = 4 * MIB }, 30)
+        r = a:must({ op = "poll", n = 1, timeout = 10 }, 30)
+        took = H.now() - t0
+        if r.wcs[1] and r.wcs[1].status ~= "IBV_WC_SUCCESS" then break end
+      end
+      local t = thief:wait(5)
+      assert.equal(0, t.code, H.describe(t))
+      assert.truthy(t.stdout:find("took piece", 1, true), H.describe(t))
+      assert.equal(1, #r.wcs)
+      assert.are_not.equal("IBV_WC_SUCCESS", r.wcs[1].status)
+      assert.truthy(tostring(r.wcs[1].why):find("did not finish them", 1, true), cjson.encode(r))
+      assert.is_true(took >= 0.9 and took < 10, "failed after " .. took .. " s")
+      E.close(a, b)
+    end))
+end)
