@@ -76,18 +76,19 @@ describe("soft device: a large send's copy shared with its target", function()
       a:must{ op = "fill", buf = "send", len = MIB, byte = 0x5a }
       local send_addr = tonumber(a.send_addr)
       local recv_addr = tonumber(b.recv_addr)
-      -- the control: a job inside both MRs is copied (so the ones below are looked at)
-      job(a.send_key, a.send_addr, b.recv_key, b.recv_addr, LEN, 4)
+      -- the control: a job inside both MRs is copied (so the ones below are looked at);
+      -- 64 KiB is 7 pieces: 3 of 16 KiB, then the last 16 KiB in quarters
+      job(a.send_key, a.send_addr, b.recv_key, b.recv_addr, LEN, 7)
       assert.same({ 0x5a, 0x5a, 0x5a, 0x5a }, recv_bytes(LEN - 4))
       assert.same({ 0x11, 0x11, 0x11, 0x11 }, recv_bytes(LEN))
       local bad = {
         { "the source past the sender's MR", a.send_key, string.format("%.0f", send_addr + MIB - 100),
-          b.recv_key, b.recv_addr, LEN, 4, 0 },
+          b.recv_key, b.recv_addr, LEN, 7, 0 },
         { "the destination past its own MR", a.send_key, a.send_addr, b.recv_key,
-          string.format("%.0f", recv_addr + MIB - 100), LEN, 4, MIB - 100 },
-        { "a source key that is no MR", 0x12345, a.send_addr, b.recv_key, b.recv_addr, LEN, 4, 0 },
+          string.format("%.0f", recv_addr + MIB - 100), LEN, 7, MIB - 100 },
+        { "a source key that is no MR", 0x12345, a.send_addr, b.recv_key, b.recv_addr, LEN, 7, 0 },
         { "a destination key that is the peer's", a.send_key, a.send_addr, a.send_key, b.recv_addr,
-          LEN, 4, 0 },
+          LEN, 7, 0 },
         { "pieces that disagree with its length", a.send_key, a.send_addr, b.recv_key, b.recv_addr,
           LEN, 1, 0 },
         { "a length of 2^40", a.send_key, a.send_addr, b.recv_key, b.recv_addr, "0x10000000000",

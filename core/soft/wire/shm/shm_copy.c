@@ -29,7 +29,9 @@
 #include "soft/wire/shm/shm.h"
 #include "util/util.h"
 
-#define SHM_COPY_PIECE (16u << 10)
+#ifndef SHM_COPY_PIECE
+#define SHM_COPY_PIECE (16u << 10)      /* bench variants may set it (make CFLAGS=-D...) */
+#endif
 #define SHM_COPY_MIN (2u * SHM_COPY_PIECE)
 #define SHM_COPY_MAX_PIECES 0x7fffu     /* the claim word's 16-bit fields never carry */
 #define SHM_COPY_STALL_NS 1000000000ull
@@ -48,15 +50,44 @@ static inline uint64_t claim_word(uint32_t gen, uint32_t pieces, uint32_t next)
     return (uint64_t)gen << 32 | (uint64_t)pieces << 16 | next;
 }
 
-static inline uint32_t pieces_of(uint64_t len)
+/* The pieces: SHM_COPY_PIECE bytes each, but the last SHM_COPY_PIECE bytes
+ * go in quarters, so that whoever finishes first waits for at most a
+ * quarter piece the other end is still copying. */
+#define SHM_COPY_SMALL (SHM_COPY_PIECE / 4)
+
+struct piece_plan {
+    uint64_t head;              /* bytes in whole pieces */
+    uint32_t nhead;
+};
+
+static inline struct piece_plan plan_of(uint64_t len)
 {
-    return (uint32_t)((len + SHM_COPY_PIECE - 1) / SHM_COPY_PIECE);
+    uint64_t head = len - TBRT_MIN(len, (uint64_t)SHM_COPY_PIECE);
+    return (struct piece_plan){.head = head,
+                               .nhead = (uint32_t)((head + SHM_COPY_PIECE - 1) / SHM_COPY_PIECE)};
 }
 
-static void copy_piece(void *dst, const void *src, uint64_t len, uint32_t i)
+static inline uint64_t pieces_of(uint64_t len)
 {
-    uint64_t off = (uint64_t)i * SHM_COPY_PIECE;
-    memcpy((char *)dst + off, (const char *)src + off, TBRT_MIN(SHM_COPY_PIECE, len - off));
+    uint64_t head = len - TBRT_MIN(len, (uint64_t)SHM_COPY_PIECE);
+    return (head + SHM_COPY_PIECE - 1) / SHM_COPY_PIECE +
+           (len - head + SHM_COPY_SMALL - 1) / SHM_COPY_SMALL;
+}
+
+/* Copy piece i (< pieces_of(len)); its size. */
+static uint64_t copy_piece(void *dst, const void *src, uint64_t len, uint32_t i)
+{
+    struct piece_plan p = plan_of(len);
+    uint64_t off, end;
+    if (i < p.nhead) {
+        off = (uint64_t)i * SHM_COPY_PIECE;
+        end = TBRT_MIN(off + SHM_COPY_PIECE, p.head);
+    } else {
+        off = p.head + (uint64_t)(i - p.nhead) * SHM_COPY_SMALL;
+        end = TBRT_MIN(off + SHM_COPY_SMALL, len);
+    }
+    memcpy((char *)dst + off, (const char *)src + off, end - off);
+    return end - off;
 }
 
 /* Wait until others finished `theirs` pieces of the job in t's block.
@@ -94,7 +125,7 @@ static int wait_theirs(struct shm_exec *e, struct shm_copy_job *j, uint32_t thei
 int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
 {
     struct soft_wire_qp *q = e->local;
-    uint32_t n = pieces_of(c->len);
+    uint64_t n = pieces_of(c->len);
     /* only the owner publishes (one executor per target: the connected
      * QP's), and only to another context */
     if (!q || q->qp_type == IBV_QPT_UD || c->len < SHM_COPY_MIN || n > SHM_COPY_MAX_PIECES ||
@@ -112,7 +143,7 @@ int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
     j->dst_addr = c->dst_addr;
     j->len = c->len;
     atomic_store_explicit(&j->done, 0, memory_order_relaxed);
-    atomic_store_explicit(&j->claim, claim_word(gen, n, 0), memory_order_release);
+    atomic_store_explicit(&j->claim, claim_word(gen, (uint32_t)n, 0), memory_order_release);
     /* the target's next turn looks (shm_progress: the word it polls) */
     atomic_store_explicit(&e->tv->sh->help_wanted, 1, memory_order_release);
     uint32_t mine = 0;
@@ -124,7 +155,7 @@ int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
         copy_piece(c->dst, c->src, c->len, i);
         mine++;
     }
-    int rc = mine == n ? 0 : wait_theirs(e, j, n - mine, c);
+    int rc = mine == n ? 0 : wait_theirs(e, j, (uint32_t)n - mine, c);
     /* closed: a helper's CAS on the old word fails from here on */
     atomic_store_explicit(&j->claim, 0, memory_order_release);
     if (mine != n)
@@ -143,7 +174,7 @@ void shm_copy_help(struct soft_wire_qp *q)
      * that closed meanwhile makes the CAS below fail) */
     uint32_t src_key = j->src_key, dst_key = j->dst_key;
     uint64_t src_addr = j->src_addr, dst_addr = j->dst_addr, len = j->len;
-    if (!len || pieces_of(len) != n || n > SHM_COPY_MAX_PIECES)
+    if (!len || pieces_of(len) != n)
         return;
     void *src, *dst;
     char why[TBRT_WHY_MAX];
@@ -158,10 +189,10 @@ void shm_copy_help(struct soft_wire_qp *q)
         if (!atomic_compare_exchange_weak_explicit(&j->claim, &w, w + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
-        copy_piece(dst, src, len, (uint32_t)(w & 0xffff));
+        uint64_t got = copy_piece(dst, src, len, (uint32_t)(w & 0xffff));
         atomic_fetch_add_explicit(&j->done, 1, memory_order_release);
         q->w->pieces_helped++;
-        q->w->bytes_helped += TBRT_MIN(SHM_COPY_PIECE, len - (w & 0xffff) * SHM_COPY_PIECE);
+        q->w->bytes_helped += got;
         w++;
     }
 }

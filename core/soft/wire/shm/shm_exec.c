@@ -135,8 +135,10 @@ static const char *swr_fetch(struct shm_exec *e, const struct shm_swr *slot, str
 
 bool shm_sq_lock(struct soft_wire *w, struct shm_qp_block *s, bool steal)
 {
-    int32_t cur = 0;
-    if (atomic_compare_exchange_strong(&s->sq_lock, &cur, w->pid))
+    /* a look first: a CAS that fails still takes the line from the holder,
+     * which needs it back to unlock (the target looks on every ask) */
+    int32_t cur = atomic_load_explicit(&s->sq_lock, memory_order_relaxed);
+    if (cur == 0 && atomic_compare_exchange_strong(&s->sq_lock, &cur, w->pid))
         return true;
     /* a holder that died keeps it forever: take it back (a syscall, so only
      * where the caller can afford one) */
