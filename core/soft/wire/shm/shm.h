@@ -243,10 +243,11 @@ _Static_assert(SHM_SWR_HEAD == SHM_LINE, "what every send needs is one cache lin
  * (a peer's words: the helper resolves them through the MR tables). */
 struct shm_copy_job {
     SHM_OWN_LINE _Atomic uint64_t claim;
-    _Atomic uint32_t done;
     uint32_t src_key, dst_key;
-    uint32_t pad;
     uint64_t src_addr, dst_addr, len;
+    /* its own line: a helper's count does not take the claim line away
+     * from the executor's next claim */
+    SHM_OWN_LINE _Atomic uint32_t done;
 };
 
 /* The shared half of a queue pair: state, receive queue, send queue. */
