@@ -131,4 +131,31 @@ describe("soft device: a large send's copy shared with its target", function()
       assert.is_true(took >= 0.9 and took < 10, "failed after " .. took .. " s")
       E.close(a, b)
     end))
+
+  it("ends the send of a sender whose target winds its claim word back, after the copy's pieces",
+    L.async(function()
+      local a, b = E.pair{ personality = "linux-rc", type = "RC", mr_len = 4 * MIB }
+      local winder = H.spawn(E.SCRIBBLE, { "--personality", "linux-rc", tostring(b.qpn),
+        "rewind-pieces", "1500" })
+      task.sleep(0.3)
+      -- each send is bounded by its own pieces, whatever the word says meanwhile
+      local worst = 0
+      for _ = 1, 20 do
+        b:must{ op = "post_recv", len = 4 * MIB }
+        local t0 = H.now()
+        a:must({ op = "post_send", len = 4 * MIB }, 30)
+        local r = a:must({ op = "poll", n = 1, timeout = 10 }, 30)
+        worst = math.max(worst, H.now() - t0)
+        assert.equal(1, #r.wcs)
+        -- the target's own receive may hold anything: it wound the word; the send ends
+        b:must{ op = "poll", n = 1, timeout = 10 }
+      end
+      local w = winder:wait(10)
+      assert.equal(0, w.code, H.describe(w))
+      local rewinds = tonumber(w.stdout:match("wound a shared copy back (%d+) times"))
+      assert.is_true(rewinds and rewinds > 0, "it never wound one back: " .. H.describe(w))
+      -- (without the bound a send copies until the word is left alone, or fails after 1 s)
+      assert.is_true(worst < 0.5, "a send took " .. worst .. " s; " .. w.stdout)
+      E.close(a, b)
+    end))
 end)

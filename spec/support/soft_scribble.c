@@ -15,6 +15,8 @@
  *   mr.<key>.<f>    the owner's MR table entry of key: addr length fd_off memfd access
  *   take-piece      not a field: wait up to VALUE ms for a shared copy's job in the
  *                   QP's block (shm_copy.c), take one piece of it and never finish it
+ *   rewind-pieces   not a field: for VALUE ms, wind every shared copy's claim word in
+ *                   the QP's block back to its first piece
  * VALUE is a number (C syntax, may be negative). Built into build/test/ by
  * core/soft/part.mk; used by spec/soft_hostile_spec.lua through soft_ends.lua. */
 #include <errno.h>
@@ -176,6 +178,26 @@ int main(int argc, char **argv)
         }
         fprintf(stderr, "soft-scribble: no shared copy in QP 0x%x in %lld ms\n", qpn, value);
         return 1;
+    }
+    if (strcmp(field, "rewind-pieces") == 0) {
+        /* a target that winds a shared copy's claim word back to its first
+         * piece, again and again, for VALUE ms: its sender must still end */
+        _Atomic uint64_t *claim = &q->copy.claim;
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        unsigned long rewinds = 0;
+        for (unsigned long spins = 0;; spins++) {
+            if ((spins & 1023) == 1023) {
+                clock_gettime(CLOCK_MONOTONIC, &t);
+                if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > value)
+                    break;
+            }
+            uint64_t w = atomic_load(claim);
+            if ((w >> 32) && (w & 0xffff) && atomic_compare_exchange_strong(claim, &w, w & ~0xffffull))
+                rewinds++;
+        }
+        printf("QP 0x%x: wound a shared copy back %lu times\n", qpn, rewinds);
+        return 0;
     }
     if (strncmp(field, "ctx.", 4) == 0) {
         put(ctx, find(ctx_fields, field + 4), value);

@@ -147,7 +147,9 @@ int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
     /* the target's next turn looks (shm_progress: the word it polls) */
     atomic_store_explicit(&e->tv->sh->help_wanted, 1, memory_order_release);
     uint32_t mine = 0;
-    for (;;) {
+    /* at most n pieces of ours: a target that winds the word back (it is
+     * in its memory) gets copies again, never a loop without end */
+    while (mine < n) {
         uint64_t w = atomic_fetch_add_explicit(&j->claim, 1, memory_order_acq_rel);
         uint32_t i = (uint32_t)(w & 0xffff);
         if (i >= n)
@@ -155,10 +157,10 @@ int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
         copy_piece(c->dst, c->src, c->len, i);
         mine++;
     }
-    int rc = mine == n ? 0 : wait_theirs(e, j, (uint32_t)n - mine, c);
+    int rc = mine >= n ? 0 : wait_theirs(e, j, (uint32_t)n - mine, c);
     /* closed: a helper's CAS on the old word fails from here on */
     atomic_store_explicit(&j->claim, 0, memory_order_release);
-    if (mine != n)
+    if (mine < n)
         e->w->copies_shared++;
     return rc;
 }
