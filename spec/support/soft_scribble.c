@@ -20,6 +20,7 @@
  * VALUE is a number (C syntax, may be negative). Built into build/test/ by
  * core/soft/part.mk; used by spec/soft_hostile_spec.lua through soft_ends.lua. */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,41 @@ static void die(const char *what)
     exit(1);
 }
 
+/* The hostile targets of a shared copy (shm_copy.c), on its claim word:
+ *   take   wait up to ms for a job, take one piece of it, never finish it;
+ *   !take  for ms, wind every job's word back to its first piece. */
+static int play_target(_Atomic uint64_t *claim, uint32_t qpn, bool take, long long ms)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    unsigned long rewinds = 0;
+    for (unsigned long spins = 0;; spins++) {
+        if ((spins & 1023) == 1023) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > ms)
+                break;
+        }
+        uint64_t w = atomic_load(claim);
+        uint32_t gen = (uint32_t)(w >> 32), n = (uint32_t)(w >> 16) & 0xffff;
+        uint32_t next = (uint32_t)(w & 0xffff);
+        if (!gen || (take ? next >= n : next == 0))
+            continue;
+        if (!atomic_compare_exchange_strong(claim, &w, take ? w + 1 : w & ~0xffffull))
+            continue;
+        if (take) {
+            printf("QP 0x%x: took piece %u of %u of job %u\n", qpn, next, n, gen);
+            return 0;
+        }
+        rewinds++;
+    }
+    if (take) {
+        fprintf(stderr, "soft-scribble: no shared copy in QP 0x%x in %lld ms\n", qpn, ms);
+        return 1;
+    }
+    printf("QP 0x%x: wound a shared copy back %lu times\n", qpn, rewinds);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *pers = "linux-rc";
@@ -156,49 +192,8 @@ int main(int argc, char **argv)
     struct shm_qp_block *q = (struct shm_qp_block *)(ctx + slot->qp_off);
     char name[64];
     unsigned long idx = 0;
-    if (strcmp(field, "take-piece") == 0) {
-        /* a target that takes a piece of a shared copy and never finishes
-         * it: wait up to VALUE ms for a job in the QP's block, take one */
-        _Atomic uint64_t *claim = &q->copy.claim;
-        struct timespec t0, t;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        for (unsigned long spins = 0;; spins++) {
-            if ((spins & 1023) == 1023) {
-                clock_gettime(CLOCK_MONOTONIC, &t);
-                if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > value)
-                    break;
-            }
-            uint64_t w = atomic_load(claim);
-            uint32_t n = (uint32_t)(w >> 16) & 0xffff;
-            if ((w >> 32) && (w & 0xffff) < n && atomic_compare_exchange_strong(claim, &w, w + 1)) {
-                printf("QP 0x%x: took piece %u of %u of job %u\n", qpn, (unsigned)(w & 0xffff),
-                       n, (unsigned)(w >> 32));
-                return 0;
-            }
-        }
-        fprintf(stderr, "soft-scribble: no shared copy in QP 0x%x in %lld ms\n", qpn, value);
-        return 1;
-    }
-    if (strcmp(field, "rewind-pieces") == 0) {
-        /* a target that winds a shared copy's claim word back to its first
-         * piece, again and again, for VALUE ms: its sender must still end */
-        _Atomic uint64_t *claim = &q->copy.claim;
-        struct timespec t0, t;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        unsigned long rewinds = 0;
-        for (unsigned long spins = 0;; spins++) {
-            if ((spins & 1023) == 1023) {
-                clock_gettime(CLOCK_MONOTONIC, &t);
-                if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > value)
-                    break;
-            }
-            uint64_t w = atomic_load(claim);
-            if ((w >> 32) && (w & 0xffff) && atomic_compare_exchange_strong(claim, &w, w & ~0xffffull))
-                rewinds++;
-        }
-        printf("QP 0x%x: wound a shared copy back %lu times\n", qpn, rewinds);
-        return 0;
-    }
+    if (strcmp(field, "take-piece") == 0 || strcmp(field, "rewind-pieces") == 0)
+        return play_target(&q->copy.claim, qpn, field[0] == 't', value);
     if (strncmp(field, "ctx.", 4) == 0) {
         put(ctx, find(ctx_fields, field + 4), value);
     } else if (strncmp(field, "qp.", 3) == 0) {
