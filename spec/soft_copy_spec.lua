@@ -72,7 +72,9 @@ describe("soft device: a large send's copy shared with its target", function()
         b:call{ op = "poll", n = 1, timeout = 0.2 }      -- nothing arrives: a turn or more
         assert.is_true(b:alive(), b:why_dead())
       end
-      local function recv_bytes(off) return b:must{ op = "peek", buf = "recv", off = off, len = 4 }.bytes end
+      local function recv_bytes(off)
+        return b:must{ op = "peek", buf = "recv", off = off, len = 4 }.bytes
+      end
       a:must{ op = "fill", buf = "send", len = MIB, byte = 0x5a }
       local send_addr = tonumber(a.send_addr)
       local recv_addr = tonumber(b.recv_addr)
@@ -82,7 +84,8 @@ describe("soft device: a large send's copy shared with its target", function()
       assert.same({ 0x5a, 0x5a, 0x5a, 0x5a }, recv_bytes(LEN - 4))
       assert.same({ 0x11, 0x11, 0x11, 0x11 }, recv_bytes(LEN))
       local bad = {
-        { "the source past the sender's MR", a.send_key, string.format("%.0f", send_addr + MIB - 100),
+        { "the source past the sender's MR", a.send_key,
+          string.format("%.0f", send_addr + MIB - 100),
           b.recv_key, b.recv_addr, LEN, 7, 0 },
         { "the destination past its own MR", a.send_key, a.send_addr, b.recv_key,
           string.format("%.0f", recv_addr + MIB - 100), LEN, 7, MIB - 100 },
@@ -109,8 +112,8 @@ describe("soft device: a large send's copy shared with its target", function()
     L.async(function()
       local a, b = E.pair{ personality = "linux-rc", type = "RC", mr_len = 4 * MIB }
       -- plays the target's process: takes a piece of the next job in b's block
-      local thief = H.spawn(E.SCRIBBLE, { "--personality", "linux-rc", tostring(b.qpn), "take-piece",
-        "20000" })
+      local thief = H.spawn(E.SCRIBBLE, { "--personality", "linux-rc", tostring(b.qpn),
+        "take-piece", "20000" })
       task.sleep(0.3)
       -- the thief may share a CPU with the sender and miss a job: send until it takes one
       local r, took

@@ -184,13 +184,14 @@ function ops.stream_recv(r)
     local wcs, werr = e.cq:wait(1, r.timeout or 5)
     if not wcs then return { err = "receive " .. i .. ": " .. tostring(werr) } end
     if wcs[1].status ~= "IBV_WC_SUCCESS" or tonumber(wcs[1].byte_len) ~= r.len then
-      return { err = "receive " .. i .. ": " .. wcs[1].status .. ", " .. tostring(wcs[1].byte_len) ..
-        " bytes: " .. tostring(wcs[1].why) }
+      return { err = "receive " .. i .. ": " .. wcs[1].status .. ", " ..
+        tostring(wcs[1].byte_len) .. " bytes: " .. tostring(wcs[1].why) }
     end
     if ffi.C.memcmp(e.rbuf, want, r.len) ~= 0 then
       for k = 0, r.len - 1 do
         if e.rbuf[k] ~= want[k] then
-          return { err = string.format("receive %d: byte %d is %d, not %d", i, k, e.rbuf[k], want[k]) }
+          return { err = string.format("receive %d: byte %d is %d, not %d", i, k, e.rbuf[k],
+            want[k]) }
         end
       end
     end
