@@ -64,9 +64,9 @@ describe("soft device: a large send's copy shared with its target", function()
       local function job(src_key, src_addr, dst_key, dst_addr, len, pieces)
         b:must{ op = "fill", buf = "recv", len = MIB, byte = 0x11 }
         for _, f in ipairs {
-          { "qp.copy.src_key", src_key }, { "qp.copy.src_addr", src_addr },
-          { "qp.copy.dst_key", dst_key }, { "qp.copy.dst_addr", dst_addr }, { "qp.copy.len", len },
-          { "qp.copy.done", 0 }, { "qp.copy.claim", claim(7, pieces) }, { "qp.help_wanted", 1 } } do
+          { "copy.src_key", src_key }, { "copy.src_addr", src_addr },
+          { "copy.dst_key", dst_key }, { "copy.dst_addr", dst_addr }, { "copy.len", len },
+          { "copy.done", 0 }, { "copy.claim", claim(7, pieces) }, { "qp.help_wanted", 1 } } do
           E.scribble(b, f[1], f[2])
         end
         b:call{ op = "poll", n = 1, timeout = 0.2 }      -- nothing arrives: a turn or more

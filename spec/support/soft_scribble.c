@@ -10,6 +10,7 @@
  *   slot.<f>        the QPN's registry slot: qp_off ctx_fd pid qp_type
  *   ctx.<f>         the context header: magic version ctx_id
  *   qp.<f>          the QP's shared block: see qp_fields[]
+ *   copy.<f>        its shared copy's job: claim done src_key dst_key src_addr dst_addr len
  *   rqe.<i>.<f>     receive slot i: seq num_sge total sge0.addr sge0.length sge0.lkey
  *   swr.<i>.<f>     send slot i: num_sge total opcode send_flags sge0.length ...
  *   mr.<key>.<f>    the owner's MR table entry of key: addr length fd_off memfd access
@@ -54,14 +55,12 @@ static const struct field qp_fields[] = {
     F(struct shm_qp_block, rnr_retry), F(struct shm_qp_block, mtu),
     F(struct shm_qp_block, port), F(struct shm_qp_block, rq_cons),
     F(struct shm_qp_block, sq_tail), F(struct shm_qp_block, sq_lock),
-    F(struct shm_qp_block, sq_head), F(struct shm_qp_block, help_wanted),
-    FN("copy.claim", struct shm_qp_block, copy.claim),
-    FN("copy.done", struct shm_qp_block, copy.done),
-    FN("copy.src_key", struct shm_qp_block, copy.src_key),
-    FN("copy.dst_key", struct shm_qp_block, copy.dst_key),
-    FN("copy.src_addr", struct shm_qp_block, copy.src_addr),
-    FN("copy.dst_addr", struct shm_qp_block, copy.dst_addr),
-    FN("copy.len", struct shm_qp_block, copy.len), {0}};
+    F(struct shm_qp_block, sq_head), F(struct shm_qp_block, help_wanted), {0}};
+static const struct field copy_fields[] = {
+    F(struct shm_copy_job, claim), F(struct shm_copy_job, done),
+    F(struct shm_copy_job, src_key), F(struct shm_copy_job, dst_key),
+    F(struct shm_copy_job, src_addr), F(struct shm_copy_job, dst_addr),
+    F(struct shm_copy_job, len), {0}};
 static const struct field rqe_fields[] = {
     F(struct shm_rqe, seq), F(struct shm_rqe, num_sge), F(struct shm_rqe, total),
     FN("sge0.addr", struct shm_rqe, sge[0].addr),
@@ -192,12 +191,16 @@ int main(int argc, char **argv)
     struct shm_qp_block *q = (struct shm_qp_block *)(ctx + slot->qp_off);
     char name[64];
     unsigned long idx = 0;
+    struct shm_copy_job *copy =
+        (struct shm_copy_job *)((char *)q + shm_copy_offset(q->rq_cap, q->sq_cap));
     if (strcmp(field, "take-piece") == 0 || strcmp(field, "rewind-pieces") == 0)
-        return play_target(&q->copy.claim, qpn, field[0] == 't', value);
+        return play_target(&copy->claim, qpn, field[0] == 't', value);
     if (strncmp(field, "ctx.", 4) == 0) {
         put(ctx, find(ctx_fields, field + 4), value);
     } else if (strncmp(field, "qp.", 3) == 0) {
         put(q, find(qp_fields, field + 3), value);
+    } else if (strncmp(field, "copy.", 5) == 0) {
+        put(copy, find(copy_fields, field + 5), value);
     } else if (sscanf(field, "rqe.%lu.%63s", &idx, name) == 2) {
         put(&q->rq[idx % q->rq_cap], find(rqe_fields, name), value);
     } else if (sscanf(field, "swr.%lu.%63s", &idx, name) == 2) {
@@ -207,8 +210,8 @@ int main(int argc, char **argv)
         struct shm_mr_entry *t = (struct shm_mr_entry *)(ctx + SHM_CTX_MR_OFF);
         put(&t[(idx >> 8) % SHM_MR_MAX], find(mr_fields, name), value);
     } else {
-        fprintf(stderr, "soft-scribble: field \"%s\" is not slot./ctx./qp./rqe.I./swr.I./mr.K.\n",
-                field);
+        fprintf(stderr, "soft-scribble: field \"%s\" is not slot./ctx./qp./copy./rqe.I./swr.I./"
+                "mr.K.\n", field);
         return 2;
     }
     printf("QP 0x%x (pid %d) %s = %lld\n", qpn, (int)slot->pid, field, value);

@@ -281,22 +281,28 @@ struct shm_qp_block {
     /* owner: the CPU it last waited on + 1 (0: none yet), for a waiting
      * peer choosing to spin or yield (written only when it changes) */
     SHM_OWN_LINE _Atomic int32_t owner_cpu;
-    /* a large send's copy into our receive, shared with us (shm_copy.c):
-     * written by the connected sender's executor, pieces taken by both */
-    struct shm_copy_job copy;
     struct shm_rqe rq[];
 };
 
-/* The shared block: header, receive queue, then the send queue. */
+/* The shared block: header, receive queue, the send queue, then the job of
+ * a large send's copy into our receive that the connected sender's executor
+ * shares with us (shm_copy.c; last, so the lines the 8 B path polls keep
+ * their places). */
 static inline size_t shm_sq_offset(uint32_t rq_cap)
 {
     size_t off = sizeof(struct shm_qp_block) + (size_t)rq_cap * sizeof(struct shm_rqe);
     return (off + SHM_LINE - 1) & ~(size_t)(SHM_LINE - 1);
 }
 
+static inline size_t shm_copy_offset(uint32_t rq_cap, uint32_t sq_cap)
+{
+    size_t off = shm_sq_offset(rq_cap) + (size_t)sq_cap * sizeof(struct shm_swr);
+    return (off + SHM_LINE - 1) & ~(size_t)(SHM_LINE - 1);
+}
+
 static inline size_t shm_qp_bytes(uint32_t rq_cap, uint32_t sq_cap)
 {
-    return shm_sq_offset(rq_cap) + (size_t)sq_cap * sizeof(struct shm_swr);
+    return shm_copy_offset(rq_cap, sq_cap) + sizeof(struct shm_copy_job);
 }
 
 /* A shared receive queue's block: senders to any QP made with it take its
@@ -361,6 +367,7 @@ struct shm_view {
     _Atomic uint64_t *rq_cons;
     struct shm_srq_block *srq;  /* NULL: its own queue */
     struct shm_swr *sq;
+    struct shm_copy_job *copy;  /* its shared copy's job (shm_copy.c) */
     struct shm_doorbell *recv_db, *send_db, *event_db;
     uint32_t qpn, qp_type, rq_cap, sq_cap;
     uint32_t recv_dbi, send_dbi;

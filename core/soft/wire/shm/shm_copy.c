@@ -5,7 +5,8 @@
  * sender (shm_exec.c). A stream then has the sender copy twice (into its
  * ring, then into the receive) while the receiver, which only reads what
  * arrived, waits for it. So a copy of SHM_COPY_MIN bytes or more is cut
- * into SHM_COPY_PIECE pieces and published in the receiving QP's block;
+ * into SHM_COPY_PIECE pieces and published in the receiving QP's block
+ * (after its send queue);
  * the target's process, whose turns of progress look at that block while
  * it waits for this very message, copies pieces too. The executor copies
  * until none is left, waits for the pieces the target took, and only then
@@ -133,7 +134,7 @@ int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
         memcpy(c->dst, c->src, c->len);
         return 0;
     }
-    struct shm_copy_job *j = &e->tv->sh->copy;
+    struct shm_copy_job *j = e->tv->copy;
     if (++q->copy_gen == 0)
         q->copy_gen = 1;
     uint32_t gen = q->copy_gen;
@@ -167,7 +168,7 @@ int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
 
 void shm_copy_help(struct soft_wire_qp *q)
 {
-    struct shm_copy_job *j = &q->sh->copy;
+    struct shm_copy_job *j = q->self.copy;
     uint64_t w = atomic_load_explicit(&j->claim, memory_order_acquire);
     uint32_t gen = (uint32_t)(w >> 32), n = (uint32_t)(w >> 16) & 0xffff;
     if (!gen || (w & 0xffff) >= n || !q->peer.peer || q->stopped)

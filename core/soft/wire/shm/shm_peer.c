@@ -265,6 +265,7 @@ int shm_view_lookup(struct soft_wire *w, uint32_t qpn, struct shm_view *v, char 
     *v = (struct shm_view){
         .peer = peer, .sh = q, .rq = q->rq, .rq_cons = &q->rq_cons,
         .sq = (struct shm_swr *)((char *)q + shm_sq_offset(h.rq_cap)),
+        .copy = (struct shm_copy_job *)((char *)q + shm_copy_offset(h.rq_cap, h.sq_cap)),
         .recv_db = &db[h.recv_db], .send_db = &db[h.send_db], .event_db = &db[SHM_EVENT_DB],
         .qpn = qpn, .qp_type = h.qp_type, .rq_cap = h.rq_cap, .sq_cap = h.sq_cap,
         .recv_dbi = h.recv_db, .send_dbi = h.send_db, .pid = s.pid,

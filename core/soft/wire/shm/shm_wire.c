@@ -185,6 +185,7 @@ static int shm_qp_create(struct soft_wire *w, const struct soft_wire_qp_init *in
     q->self = (struct shm_view){
         .peer = w->self, .sh = sh, .rq = sh->rq, .rq_cons = &sh->rq_cons,
         .sq = (struct shm_swr *)((char *)sh + shm_sq_offset(rq_cap)),
+        .copy = (struct shm_copy_job *)((char *)sh + shm_copy_offset(rq_cap, sq_cap)),
         .recv_db = init->recv_cq->dbp, .send_db = init->send_cq->dbp, .event_db = w->event_db,
         .qpn = q->qpn, .qp_type = init->qp_type, .rq_cap = rq_cap,
         .sq_cap = sq_cap, .recv_dbi = init->recv_cq->db, .send_dbi = init->send_cq->db,
