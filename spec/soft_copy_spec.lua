@@ -28,7 +28,7 @@ local function start(x, req)
   end
 end
 
-local function stats(x) return x:must{ op = "stats" }.stats end
+local function stats(x, qpn) return x:must{ op = "stats", qpn = qpn }.stats end
 
 -- claim word: generation << 32 | pieces << 16 | next piece
 local function claim(gen, pieces) return string.format("0x%x", gen * 2 ^ 32 + pieces * 2 ^ 16) end
@@ -53,6 +53,12 @@ describe("soft device: a large send's copy shared with its target", function()
       assert.equal(0, sa.pieces_helped)
       assert.is_true(sb.bytes_helped >= helped and sb.bytes_helped <= helped * 16384,
         "bytes_helped " .. sb.bytes_helped .. " for " .. helped .. " pieces")
+      -- per QP: each end's one QP holds all of its device's count; another QPN none
+      local qa, qb = stats(a, a.qpn), stats(b, b.qpn)
+      assert.equal(sa.copies_shared, qa.copies_shared)
+      assert.equal(sb.pieces_helped, qb.pieces_helped)
+      assert.equal(sb.bytes_helped, qb.bytes_helped)
+      assert.equal(0, stats(b, a.qpn).pieces_helped)
       E.close(a, b)
     end))
 

@@ -12,6 +12,8 @@
 --   "open" also takes "atomic":true (REMOTE_ATOMIC) and "iova":"N" for the receive MR
 --   {"op":"state"} {"op":"ping"} {"op":"exit"}
 --   {"op":"fill","buf":"send","byte":90}  {"op":"peek","buf":"recv","off":0,"len":8} -> {bytes}
+--   {"op":"stats","qpn":N} -> {stats} (the device's; one QP's with qpn)
+--   {"op":"stream_send"|"stream_recv","n":N,"len":L}  N messages, every byte checked
 -- Across namespaces (the UDP wire): open takes "addr" (this end's IPv4
 -- address: its GID is the source) and "wire"; connect takes "peer_addr";
 -- post_send takes "ud_addr" (the UD destination's address).
@@ -151,7 +153,7 @@ function ops.peek(r)
   for i = 0, (r.len or 1) - 1 do t[#t + 1] = b[(r.off or 0) + i] end
   return { bytes = t }
 end
-function ops.stats() return { stats = e.dev:stats() } end
+function ops.stats(r) return { stats = e.dev:stats(r.qpn) } end
 
 -- A stream of n messages of len bytes each way, every byte checked: the
 -- sender's buffer holds pattern(i) = (i * 7 + 3) % 256, the receiver

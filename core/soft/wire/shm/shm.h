@@ -476,6 +476,7 @@ struct soft_wire_qp {
     unsigned alive_tick;        /* look at the clock every 64th send */
     struct soft_path_memo path; /* its ports last found up (shm_deliver.c: path_up) */
     uint32_t copy_gen;          /* the last shared copy's job we published (shm_copy.c) */
+    uint64_t copies_shared, pieces_helped, bytes_helped; /* this QP's part of the wire's */
 };
 
 /* ---- functions across the files ---------------------------------------------- */

@@ -161,8 +161,10 @@ int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
     int rc = mine >= n ? 0 : wait_theirs(e, j, (uint32_t)n - mine, c);
     /* closed: a helper's CAS on the old word fails from here on */
     atomic_store_explicit(&j->claim, 0, memory_order_release);
-    if (mine < n)
+    if (mine < n) {
         e->w->copies_shared++;
+        q->copies_shared++;
+    }
     return rc;
 }
 
@@ -196,6 +198,8 @@ void shm_copy_help(struct soft_wire_qp *q)
         atomic_fetch_add_explicit(&j->done, 1, memory_order_release);
         q->w->pieces_helped++;
         q->w->bytes_helped += got;
+        q->pieces_helped++;
+        q->bytes_helped += got;
         w++;
     }
 }

@@ -483,15 +483,23 @@ static int shm_progress(struct soft_wire *w, struct soft_wire_event *ev, int max
     return n;
 }
 
-/* The device's shared-copy counters (per QP the shm wire counts nothing:
- * a QPN asks only for the packets of a UDP wire). */
+/* The shared-copy counters: the device's (QPN 0, destroyed QPs' part
+ * included), or one QP's. */
 static void shm_stats(struct soft_wire *w, uint32_t qpn, struct soft_wire_stats *s)
 {
-    if (qpn)
-        return;
-    s->copies_shared += w->copies_shared;
-    s->pieces_helped += w->pieces_helped;
-    s->bytes_helped += w->bytes_helped;
+    uint64_t shared = w->copies_shared, pieces = w->pieces_helped, bytes = w->bytes_helped;
+    if (qpn) {
+        shared = pieces = bytes = 0;
+        for (struct soft_wire_qp *q = w->qps; q; q = q->next)
+            if (q->qpn == qpn) {
+                shared = q->copies_shared;
+                pieces = q->pieces_helped;
+                bytes = q->bytes_helped;
+            }
+    }
+    s->copies_shared += shared;
+    s->pieces_helped += pieces;
+    s->bytes_helped += bytes;
 }
 
 const struct soft_wire_ops soft_wire_shm = {
