@@ -376,6 +376,19 @@ struct shm_view {
 
 /* ---- the wire's objects (process memory) ------------------------------------ */
 
+/* Shared copies (shm_copy.c): ours that a peer helped with, and the pieces
+ * and bytes we copied for peers' sends. */
+struct shm_copy_counts {
+    uint64_t copies_shared, pieces_helped, bytes_helped;
+};
+
+static inline void shm_copy_counts_add(struct shm_copy_counts *to, const struct shm_copy_counts *c)
+{
+    to->copies_shared += c->copies_shared;
+    to->pieces_helped += c->pieces_helped;
+    to->bytes_helped += c->bytes_helped;
+}
+
 struct shm_ctx_free;            /* free context memory (shm_fabric.c) */
 struct shm_mr;                  /* one of our registrations (shm_mem.c) */
 
@@ -408,9 +421,7 @@ struct soft_wire {
     struct soft_wire *next_wire; /* the process's shm wires (shm_mem.c) */
     bool mem_attached;
     bool alarm_user;            /* holds a use of the alarm thread (alarm.h) */
-    /* shared copies (shm_copy.c): ours that a peer helped with, and the
-     * pieces and bytes we copied for peers' sends */
-    uint64_t copies_shared, pieces_helped, bytes_helped;
+    struct shm_copy_counts copies_retired; /* of QPs destroyed (the device's count) */
 };
 
 struct soft_wire_cq {
@@ -476,7 +487,7 @@ struct soft_wire_qp {
     unsigned alive_tick;        /* look at the clock every 64th send */
     struct soft_path_memo path; /* its ports last found up (shm_deliver.c: path_up) */
     uint32_t copy_gen;          /* the last shared copy's job we published (shm_copy.c) */
-    uint64_t copies_shared, pieces_helped, bytes_helped; /* this QP's part of the wire's */
+    struct shm_copy_counts copies;
 };
 
 /* ---- functions across the files ---------------------------------------------- */

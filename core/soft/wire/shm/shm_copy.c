@@ -30,9 +30,7 @@
 #include "soft/wire/shm/shm.h"
 #include "util/util.h"
 
-#ifndef SHM_COPY_PIECE
-#define SHM_COPY_PIECE (16u << 10)      /* bench variants may set it (make CFLAGS=-D...) */
-#endif
+#define SHM_COPY_PIECE (16u << 10)
 #define SHM_COPY_MIN (2u * SHM_COPY_PIECE)
 #define SHM_COPY_MAX_PIECES 0x7fffu     /* the claim word's 16-bit fields never carry */
 #define SHM_COPY_STALL_NS 1000000000ull
@@ -58,21 +56,19 @@ static inline uint64_t claim_word(uint32_t gen, uint32_t pieces, uint32_t next)
 
 struct piece_plan {
     uint64_t head;              /* bytes in whole pieces */
-    uint32_t nhead;
+    uint64_t nhead;             /* and how many (a peer's len may be any size) */
 };
 
 static inline struct piece_plan plan_of(uint64_t len)
 {
     uint64_t head = len - TBRT_MIN(len, (uint64_t)SHM_COPY_PIECE);
-    return (struct piece_plan){.head = head,
-                               .nhead = (uint32_t)((head + SHM_COPY_PIECE - 1) / SHM_COPY_PIECE)};
+    return (struct piece_plan){.head = head, .nhead = (head + SHM_COPY_PIECE - 1) / SHM_COPY_PIECE};
 }
 
 static inline uint64_t pieces_of(uint64_t len)
 {
-    uint64_t head = len - TBRT_MIN(len, (uint64_t)SHM_COPY_PIECE);
-    return (head + SHM_COPY_PIECE - 1) / SHM_COPY_PIECE +
-           (len - head + SHM_COPY_SMALL - 1) / SHM_COPY_SMALL;
+    struct piece_plan p = plan_of(len);
+    return p.nhead + (len - p.head + SHM_COPY_SMALL - 1) / SHM_COPY_SMALL;
 }
 
 /* Copy piece i (< pieces_of(len)); its size. */
@@ -161,10 +157,8 @@ int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
     int rc = mine >= n ? 0 : wait_theirs(e, j, (uint32_t)n - mine, c);
     /* closed: a helper's CAS on the old word fails from here on */
     atomic_store_explicit(&j->claim, 0, memory_order_release);
-    if (mine < n) {
-        e->w->copies_shared++;
-        q->copies_shared++;
-    }
+    if (mine < n)
+        q->copies.copies_shared++;
     return rc;
 }
 
@@ -196,10 +190,8 @@ void shm_copy_help(struct soft_wire_qp *q)
             continue;
         uint64_t got = copy_piece(dst, src, len, (uint32_t)(w & 0xffff));
         atomic_fetch_add_explicit(&j->done, 1, memory_order_release);
-        q->w->pieces_helped++;
-        q->w->bytes_helped += got;
-        q->pieces_helped++;
-        q->bytes_helped += got;
+        q->copies.pieces_helped++;
+        q->copies.bytes_helped += got;
         w++;
     }
 }

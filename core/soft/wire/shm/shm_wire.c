@@ -209,6 +209,7 @@ static int shm_qp_create(struct soft_wire *w, const struct soft_wire_qp_init *in
 static void shm_qp_destroy(struct soft_wire_qp *q)
 {
     struct soft_wire *w = q->w;
+    shm_copy_counts_add(&w->copies_retired, &q->copies);
     shm_slot_free(w, q->qpn);
     atomic_store(&q->sh->state, IBV_QPS_RESET);
     q->sh->qpn = 0;             /* peers holding a pointer see it gone */
@@ -483,23 +484,17 @@ static int shm_progress(struct soft_wire *w, struct soft_wire_event *ev, int max
     return n;
 }
 
-/* The shared-copy counters: the device's (QPN 0, destroyed QPs' part
- * included), or one QP's. */
+/* The shared-copy counters: one QP's, or the device's (QPN 0: those of
+ * destroyed QPs too). */
 static void shm_stats(struct soft_wire *w, uint32_t qpn, struct soft_wire_stats *s)
 {
-    uint64_t shared = w->copies_shared, pieces = w->pieces_helped, bytes = w->bytes_helped;
-    if (qpn) {
-        shared = pieces = bytes = 0;
-        for (struct soft_wire_qp *q = w->qps; q; q = q->next)
-            if (q->qpn == qpn) {
-                shared = q->copies_shared;
-                pieces = q->pieces_helped;
-                bytes = q->bytes_helped;
-            }
-    }
-    s->copies_shared += shared;
-    s->pieces_helped += pieces;
-    s->bytes_helped += bytes;
+    struct shm_copy_counts c = qpn ? (struct shm_copy_counts){0} : w->copies_retired;
+    for (struct soft_wire_qp *q = w->qps; q; q = q->next)
+        if (!qpn || q->qpn == qpn)
+            shm_copy_counts_add(&c, &q->copies);
+    s->copies_shared += c.copies_shared;
+    s->pieces_helped += c.pieces_helped;
+    s->bytes_helped += c.bytes_helped;
 }
 
 const struct soft_wire_ops soft_wire_shm = {
