@@ -1,9 +1,10 @@
 -- soft_copy_spec.lua - the shm wire shares a large send's copy with the
 -- receiving process (core/soft/wire/shm/shm_copy.c). Every byte still
 -- arrives; the receiver copies pieces while it waits; a job in its block
--- that names memory it may not copy (a peer's words) is never copied; and
--- a target that takes a piece and stalls fails the send, after a bound,
--- instead of hanging its sender. Each end is a process of its own
+-- that names memory it may not copy (a peer's words) is never copied (a
+-- READ's job is checked the other way round: the helper's memory that a
+-- peer may read, into the reader's own); and a target that takes a piece
+-- and stalls fails the send, after a bound, instead of hanging its sender. Each end is a process of its own
 -- (spec/support/soft_end.lua).
 local cjson = require("cjson")
 local task = require("tbrt.task")
@@ -111,6 +112,44 @@ describe("soft device: a large send's copy shared with its target", function()
       local recv = start(b, { op = "stream_recv", n = 8, len = MIB })
       a:must({ op = "stream_send", n = 8, len = MIB }, 30)
       recv()
+      E.close(a, b)
+    end))
+
+  it("copies a READ job from its own readable memory into the reader's, and no other READ job",
+    L.async(function()
+      -- send MRs no peer may read: a READ job naming b's is refused by b
+      local a, b = E.pair{ personality = "linux-rc", type = "RC", mr_len = MIB,
+        send_access = "local" }
+      local LEN = 65536
+      -- a READ job of a's (the reader) in b's block: b's memory into a's
+      local function job(src_key, src_addr, dst_key, dst_addr)
+        a:must{ op = "fill", buf = "send", len = MIB, byte = 0x22 }
+        for _, f in ipairs {
+          { "copy.src_key", src_key }, { "copy.src_addr", src_addr },
+          { "copy.dst_key", dst_key }, { "copy.dst_addr", dst_addr }, { "copy.len", LEN },
+          { "copy.read", 1 }, { "copy.done", 0 }, { "copy.claim", claim(9, 7) },
+          { "qp.help_wanted", 1 } } do
+          E.scribble(b, f[1], f[2])
+        end
+        b:call{ op = "poll", n = 1, timeout = 0.2 }
+        assert.is_true(b:alive(), b:why_dead())
+        return a:must{ op = "peek", buf = "send", off = LEN - 4, len = 4 }.bytes
+      end
+      b:must{ op = "fill", buf = "recv", len = MIB, byte = 0x66 }
+      b:must{ op = "fill", buf = "send", len = MIB, byte = 0x77 }
+      -- the control: from b's recv MR (readable) into a's send MR (a's own, LOCAL_WRITE)
+      assert.same({ 0x66, 0x66, 0x66, 0x66 }, job(b.recv_key, b.recv_addr, a.send_key, a.send_addr))
+      local recv_addr = tonumber(b.recv_addr)
+      for _, c in ipairs {
+        { "a source in its MR that no peer may read", b.send_key, b.send_addr, a.send_key, a.send_addr },
+        { "a source past its MR", b.recv_key, string.format("%.0f", recv_addr + MIB - 100),
+          a.send_key, a.send_addr },
+        { "a destination key that is its own, not the reader's", b.recv_key, b.recv_addr,
+          b.recv_key, a.send_addr },
+        { "a destination key that is no MR", b.recv_key, b.recv_addr, 0x12345, a.send_addr },
+      } do
+        assert.same({ 0x22, 0x22, 0x22, 0x22 }, job(c[2], c[3], c[4], c[5]), c[1] .. ": copied")
+      end
       E.close(a, b)
     end))
 

@@ -58,7 +58,8 @@ function ops.open(r)
   e.sbuf, e.rbuf = ffi.new("uint8_t[?]", len), ffi.new("uint8_t[?]", len)
   ffi.fill(e.sbuf, len, 0x5a)
   local access = r.atomic and bit.bor(verbs.ACCESS_ALL, verbs.ACCESS_ATOMIC) or nil
-  e.smr = assert(e.pd:reg(e.sbuf, len))
+  -- send_access "local": a send MR no peer may read or write
+  e.smr = assert(e.pd:reg(e.sbuf, len, r.send_access == "local" and verbs.LOCAL_WRITE or nil))
   e.rmr = assert(e.pd:reg(e.rbuf, len, access, r.iova and tonumber(r.iova) or nil))
   e.gid = gid_of(r.addr)
   e.sgid = gid_index(dev, e.port, e.gid)

@@ -101,7 +101,7 @@ function E.pair(o)
   a.addr, b.addr = addr[1], addr[2]
   for _, x in ipairs { a, b } do
     local r = x:must{ op = "open", personality = o.personality, type = o.type, depth = o.depth,
-      addr = x.addr, wire = o.wire, mr_len = o.mr_len }
+      addr = x.addr, wire = o.wire, mr_len = o.mr_len, send_access = o.send_access }
     x.qpn, x.qp_pid, x.send_key, x.recv_key = r.qpn, r.pid, r.send_key, r.recv_key
     x.recv_addr, x.send_addr = r.recv_addr, r.send_addr
     x.personality = o.personality

@@ -11,6 +11,7 @@
  *   ctx.<f>         the context header: magic version ctx_id
  *   qp.<f>          the QP's shared block: see qp_fields[]
  *   copy.<f>        its shared copy's job: claim done src_key dst_key src_addr dst_addr len
+ *                   read
  *   rqe.<i>.<f>     receive slot i: seq num_sge total sge0.addr sge0.length sge0.lkey
  *   swr.<i>.<f>     send slot i: num_sge total opcode send_flags sge0.length ...
  *   mr.<key>.<f>    the owner's MR table entry of key: addr length fd_off memfd access
@@ -60,7 +61,7 @@ static const struct field copy_fields[] = {
     F(struct shm_copy_job, claim), F(struct shm_copy_job, done),
     F(struct shm_copy_job, src_key), F(struct shm_copy_job, dst_key),
     F(struct shm_copy_job, src_addr), F(struct shm_copy_job, dst_addr),
-    F(struct shm_copy_job, len), {0}};
+    F(struct shm_copy_job, len), F(struct shm_copy_job, read), {0}};
 static const struct field rqe_fields[] = {
     F(struct shm_rqe, seq), F(struct shm_rqe, num_sge), F(struct shm_rqe, total),
     FN("sge0.addr", struct shm_rqe, sge[0].addr),

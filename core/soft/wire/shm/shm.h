@@ -68,9 +68,9 @@
 #include "soft/wire/alarm.h"
 
 #define SHM_CTX_MAGIC 0x54464f5354524254ull /* "TBRTSOFT" */
-#define SHM_CTX_VERSION 5         /* 3: one-line receive results, WQE-shaped sends; 4: SRQs,
+#define SHM_CTX_VERSION 6         /* 3: one-line receive results, WQE-shaped sends; 4: SRQs,
                                      atomics, 30 SGEs, iova, the event doorbell; 5: the
-                                     shared copy's job in each QP block */
+                                     shared copy's job in each QP block; 6: shared READs */
 #define SHM_CTX_SIZE (256ull << 20)         /* sparse: pages appear on use */
 #define SHM_MR_MAX (SOFT_MAX_MR + 1) /* entry 0 is never used: keys are never 0 */
 #define SHM_MAX_CQ 1024                     /* CQ doorbells per context */
@@ -245,6 +245,10 @@ struct shm_copy_job {
     SHM_OWN_LINE _Atomic uint64_t claim;
     uint32_t src_key, dst_key;
     uint64_t src_addr, dst_addr, len;
+    /* 0: a SEND into the helper's receive (src the executor's, dst the
+     * helper's); 1: an RDMA READ of the helper's memory (src the helper's,
+     * under REMOTE_READ; dst the executor's, under LOCAL_WRITE) */
+    uint32_t read;
     /* its own line: a helper's count does not take the claim line away
      * from the executor's next claim */
     SHM_OWN_LINE _Atomic uint32_t done;
@@ -652,6 +656,7 @@ struct shm_copy_span {
     const void *src;
     uint64_t len, src_addr, dst_addr;
     uint32_t src_key, dst_key;
+    bool read;                  /* an RDMA READ: src is the target's memory */
 };
 int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c);
 /* Our receiving QP q's turn: take pieces of a copy its peer shares. */

@@ -435,6 +435,16 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
         }
         uint64_t off = 0;
         bool inl = w->send_flags & IBV_SEND_INLINE;
+        if (op == IBV_WR_RDMA_READ && w->num_sge == 1) {
+            /* one piece from one place: the copy the target may share */
+            struct shm_copy_span c = {.dst = src[0], .src = remote, .len = w->total,
+                                      .src_addr = w->remote_addr, .dst_addr = w->sge[0].addr,
+                                      .src_key = w->rkey, .dst_key = w->sge[0].lkey,
+                                      .read = true};
+            if (shm_copy_run(e, &c))
+                return shm_exec_broken(e, true, "%s", e->why);
+            return SHM_DONE;
+        }
         for (uint32_t i = 0; i < (inl ? 1 : w->num_sge); i++) {
             uint64_t n = inl ? w->total : w->sge[i].length;
             if (op == IBV_WR_RDMA_READ)
