@@ -4,6 +4,8 @@
 --   soft (shared memory), C-driven (build/tbrt-bench) and Lua-driven
 --   (scripts/pair.lua): 8 B one-way latency, 64 KiB and 4 MiB streaming
 --   against UCX's ucx_perftest with UCX_TLS=sm (tag_lat, tag_bw);
+--   the same streams from and into registered memory (link:register,
+--   tbrt_link_mem_reg: direct transfers, the reader's RDMA READs);
 --   the tcp link at 64 KiB and 4 MiB against qperf tcp_bw;
 --   Debian's perftest on tbrt's libibverbs (tbrt exec): ib_send_lat -s 8
 --   and ib_send_bw -s 65536, against the same ucx_perftest figures.
@@ -66,11 +68,11 @@ local function c_bench(dev, pers, mode, size, iters)
   end
 end
 
-local function lua_bench(dev, pers, test, size, iters)
+local function lua_bench(dev, pers, test, size, iters, extra)
   return function()
     local cmd = string.format("timeout 120 %s %s/scripts/pair.lua --device %s %s --sizes %d " ..
-      "--iters %d --test %s --json --quiet", tbrt, root, dev,
-      pers and ("--personality " .. pers) or "", size, iters, test)
+      "--iters %d --test %s --json --quiet %s", tbrt, root, dev,
+      pers and ("--personality " .. pers) or "", size, iters, test, extra or "")
     local out = sh(cmd)
     local line = out:match("({.-})%s*$")
     local ok, row = pcall(cjson.decode, line or "")
@@ -179,9 +181,15 @@ local r = { load_start = loadavg() }
 r.c_lat = measure("tbrt soft C lat 8 B", c_bench("soft", PERS, "lat", 8, 20000))
 r.c_bw64 = measure("tbrt soft C bw 64 KiB", c_bench("soft", PERS, "bw", 65536, 20000))
 r.c_bw4m = measure("tbrt soft C bw 4 MiB", c_bench("soft", PERS, "bw", 4194304, 300))
+r.c_reg64 = measure("tbrt soft C bw 64 KiB registered", c_bench("soft", PERS, "bw-reg", 65536, 20000))
+r.c_reg4m = measure("tbrt soft C bw 4 MiB registered", c_bench("soft", PERS, "bw-reg", 4194304, 300))
 r.lua_lat = measure("tbrt soft Lua lat 8 B", lua_bench("soft", PERS, "lat", 8, 20000))
 r.lua_bw64 = measure("tbrt soft Lua bw 64 KiB", lua_bench("soft", PERS, "bw", 65536, 20000))
 r.lua_bw4m = measure("tbrt soft Lua bw 4 MiB", lua_bench("soft", PERS, "bw", 4194304, 300))
+r.lua_reg64 = measure("tbrt soft Lua bw 64 KiB registered",
+  lua_bench("soft", PERS, "bw", 65536, 20000, "--register"))
+r.lua_reg4m = measure("tbrt soft Lua bw 4 MiB registered",
+  lua_bench("soft", PERS, "bw", 4194304, 300, "--register"))
 r.tcp_bw64 = measure("tbrt tcp C bw 64 KiB", c_bench("tcp", nil, "bw", 65536, 20000))
 r.tcp_bw4m = measure("tbrt tcp C bw 4 MiB", c_bench("tcp", nil, "bw", 4194304, 300))
 r.apple_lat = measure("tbrt soft apple-uc C lat 8 B", c_bench("soft", "apple-uc", "lat", 8, 20000))
@@ -253,6 +261,11 @@ local rows = {
   { "soft 8 B one-way latency, us (Lua)", r.lua_lat, r.ucx_lat, "ucx sm tag_lat", "<=", 1.0 },
   { "soft 64 KiB bandwidth, GB/s (Lua)", r.lua_bw64, r.ucx_bw64, "ucx sm tag_bw", ">=", 1.0 },
   { "soft 4 MiB bandwidth, GB/s (Lua)", r.lua_bw4m, r.ucx_bw4m, "ucx sm tag_bw", ">=", 1.0 },
+  { "soft 64 KiB bw, registered, GB/s (C)", r.c_reg64, r.ucx_bw64, "ucx sm tag_bw", ">=", 1.0 },
+  { "soft 4 MiB bw, registered, GB/s (C)", r.c_reg4m, r.ucx_bw4m, "ucx sm tag_bw", ">=", 1.0 },
+  { "soft 64 KiB bw, registered, GB/s (Lua)", r.lua_reg64, r.ucx_bw64, "ucx sm tag_bw", ">=", 1.0 },
+  { "soft 4 MiB bw, registered, GB/s (Lua)", r.lua_reg4m, r.ucx_bw4m, "ucx sm tag_bw", ">=", 1.0 },
+  { "Lua / C, 4 MiB registered", r.lua_reg4m, r.c_reg4m, "C-driven", ">=", 0.9 },
   { "perftest ib_send_lat 8 B, us (tbrt exec)", r.pt_lat, r.ucx_lat, "ucx sm tag_lat", "<=", 1.0 },
   { "perftest ib_send_bw 64 KiB, GB/s (exec)", r.pt_bw64, r.ucx_bw64, "ucx sm tag_bw", ">=", 1.0 },
   { "tcp 64 KiB bandwidth, GB/s (C)", r.tcp_bw64, r.qperf_bw64, "qperf tcp_bw", ">=", 0.9 },

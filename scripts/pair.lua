@@ -145,9 +145,12 @@ local warmup = parser:option("--warmup",
   :argname("N"):convert(whole("--warmup", 0, perf.MAX_ITERS))
 local test = parser:option("--test", "What to measure: lat, bw or both.", "both")
   :choices({ "lat", "bw", "both" }):argname("TEST")
+local register = parser:flag("--register",
+  "Register both ends' message buffers with the link: sends of 32 KiB or more go direct " ..
+  "(the peer reads them with RDMA READs into its own registered buffer: one copy).")
 local json = parser:flag("--json", "One JSON object per size instead of the table (same figures).")
 local quiet = parser:flag("--quiet", "Only the table: no pair/link/why lines above it.")
-parser:group("Measuring (the measuring end)", size_opt, iters, warmup, test, json, quiet)
+parser:group("Measuring (the measuring end)", size_opt, iters, warmup, test, register, json, quiet)
 
 local timeout = parser:option("--timeout",
   "Bound of every wait once the link is up, and of the listener's wait for a connection, seconds.", "60")
@@ -334,7 +337,8 @@ local function measure(host, port)
   local list = args.sizes or perf.DEFAULT_SIZES
   local function one(n, test)
     local ok, row = pcall(perf.measure, l, n, { iters = args.iters, warmup = args.warmup,
-      timeout = args.timeout, lat_only = test == "lat", bw_only = test == "bw" })
+      timeout = args.timeout, lat_only = test == "lat", bw_only = test == "bw",
+      register = args.register })
     if not ok then die(string.format("%s messages: %s", perf.human(n), tostring(row))) end
     return row
   end

@@ -22,6 +22,17 @@ describe("the bench's programs", function()
     end
   end)
 
+  it("tbrt-bench streams from and into registered memory (bw-reg, lat-reg), every byte checked",
+    function()
+      -- sizes on both sides of the direct threshold (32 KiB) and of a shared READ (512 KiB)
+      for _, n in ipairs({ "1000", "70000", "1048583" }) do
+        assert.matches("^bw_" .. n .. " [%d.]+ GB/s\n$",
+          run(H.build .. "/tbrt-bench", { "soft", "linux-rc", "bw-reg", n, "40" }))
+      end
+      assert.matches("^lat_70000 [%d.]+ us\nlat_mean_70000 [%d.]+ us\n$",
+        run(H.build .. "/tbrt-bench", { "soft", "linux-rc", "lat-reg", "70000", "40" }))
+    end)
+
   it("measure many links and a ring, in C and in Lua", function()
     local out = run(H.build .. "/tbrt-scale", { "soft", "linux-rc", "links", "3", "65536", "30" })
     for _, k in ipairs({ "links=3", "setup_ms=", "rss_kib=", "bw=", "lat_us=", "lat_max_us=" }) do

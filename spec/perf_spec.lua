@@ -9,7 +9,7 @@ local task = require("tbrt.task")
 local perf = require("tbrt.perf")
 local L = require("links")
 
-local REQ = ffi.typeof("struct { uint32_t magic, op, size, count, seed, reserved; }")
+local REQ = ffi.typeof("struct { uint32_t magic, op, size, count, seed, flags; }")
 local MAGIC = 0x46504254
 local PINGPONG, PUSH = 1, 2
 

@@ -414,6 +414,10 @@ intptr_t tbrt_link_send(tbrt_link *l, const void *buf, size_t len)
         return link_note(l, EPIPE, "send: the peer closed the link");
     if (len == 0)
         return 0;
+    if (l->x.dsend.active && (buf != l->x.dsend.buf || len < l->x.dsend.len))
+        return link_note(l, EBUSY, "send: %u bytes at %p are lent to the peer (a direct send it "
+                         "has not read yet): send them again to wait for it, before any other",
+                         l->x.dsend.len, (const void *)l->x.dsend.buf);
     intptr_t n = link_took(l, l->t->send(&l->x, buf, len));
     if (n == -EAGAIN) {
         l->x.stats.eagain++;
@@ -428,6 +432,44 @@ intptr_t tbrt_link_send(tbrt_link *l, const void *buf, size_t len)
     if (n >= 0 && (rc = live_tick(l, false)) != 0)
         return rc;
     return n;
+}
+
+int tbrt_link_mem_reg(tbrt_link *l, void *addr, size_t len)
+{
+    if (!l || !addr || !len)
+        return -EINVAL;
+    if (l->state == TBRT_LINK_CLOSED)
+        return link_note(l, EBADF, "mem_reg: the link is closed");
+    if (l->t != &link_rdma)
+        return 0;               /* tcp, llama-linux: nothing reads it directly */
+    int rc = direct_mem_reg(&l->x, addr, len);
+    if (rc == -EEXIST)
+        return link_note(l, EEXIST, "mem_reg: %p is registered with this link already", addr);
+    if (rc == -ENOSPC)
+        return link_note(l, ENOSPC, "mem_reg: this link has %d regions registered, the most it "
+                         "takes", XPORT_UMR_MAX);
+    if (rc)
+        return link_note(l, -rc, "mem_reg: %zu bytes at %p: %s", len, addr,
+                         tbrt_dev_why(l->x.dev));
+    return 0;
+}
+
+int tbrt_link_mem_dereg(tbrt_link *l, void *addr)
+{
+    if (!l || !addr)
+        return -EINVAL;
+    if (l->t != &link_rdma)
+        return 0;
+    int rc = direct_mem_dereg(&l->x, addr);
+    if (rc == -ENOENT)
+        return link_note(l, ENOENT, "mem_dereg: %p is not the start of a region registered "
+                         "with this link", addr);
+    if (rc == -EBUSY)
+        return link_note(l, EBUSY, "mem_dereg: %p holds a send lent to the peer (not read "
+                         "yet)", addr);
+    if (rc)
+        return link_note(l, -rc, "mem_dereg: %p: %s", addr, tbrt_dev_why(l->x.dev));
+    return 0;
 }
 
 /* A recv's result, logged at TBRT_DEBUG=2 when bytes moved. */
@@ -613,8 +655,14 @@ const char *tbrt_link_teardown(tbrt_link *l) { return l ? l->x.teardown_log : ""
 
 int tbrt_link_inject(tbrt_link *l, int what)
 {
-    if (!l || what < 1 || what > LINK_INJECT_FALLBACK_SETUP || !l->x.dev)
+    if (!l || what < 1 || what > LINK_INJECT_STRAY_DONE || !l->x.dev)
         return -EINVAL;
+    if (what > LINK_INJECT_FALLBACK_SETUP) {
+        if (!l->x.direct_ok || l->state != TBRT_LINK_READY)
+            return -EINVAL;     /* no direct transfers on this link */
+        if (what == LINK_INJECT_STRAY_DONE)
+            return (int)link_took(l, direct_stray_done(&l->x));
+    }
     if (l->x.framing == TBRT_FRAMING_LLAMA_LINUX ||
         (l->x.framing == TBRT_FRAMING_LLAMA_APPLE && what > 2))
         return -EINVAL;         /* no header / no sequence number to break */

@@ -15,6 +15,13 @@
 
 /* tbrt_link_inject: the fallback's tcp setup fails (after the frame hooks 1..4) */
 #define LINK_INJECT_FALLBACK_SETUP 5
+/* and the direct transfers' (direct.c): the next offer's key, length or
+ * address is wrong, or it goes twice; a done frame that answers no offer */
+#define LINK_INJECT_OFFER_KEY 6
+#define LINK_INJECT_OFFER_LEN 7
+#define LINK_INJECT_OFFER_WRAP 8
+#define LINK_INJECT_OFFER_TWICE 9
+#define LINK_INJECT_STRAY_DONE 10
 /* The event and link info text when the peer's caps are all zero. */
 #define LINK_PEER_NO_RDMA "peer has no RDMA: staying on TCP"
 

@@ -32,9 +32,10 @@ extern "C" {
 
 /* Bumped on any incompatible change of this header. The bindings also check
  * tbrt_header_hash() against the hash recorded in the generated cdef. */
-enum { TBRT_ABI_VERSION = 4 };  /* 2: link stats inline_sends; 3: link opts stall,
+enum { TBRT_ABI_VERSION = 5 };  /* 2: link stats inline_sends; 3: link opts stall,
                                    no_fallback, link info fallback; 4: SRQs, events,
-                                   user pointers, iova, completion timestamps */
+                                   user pointers, iova, completion timestamps;
+                                   5: registered memory, direct link stats */
 
 int tbrt_abi_version(void);
 const char *tbrt_version(void);
@@ -369,6 +370,11 @@ typedef struct tbrt_link_stats {
                                 nothing to do, or 8 (nbuf/4 + 1) at a time */
     uint64_t cpu_moves;      /* times a waiter that found its peer waiting on
                                 its own CPU moved itself to another one */
+    uint64_t direct_sends;   /* sends from registered memory the peer read
+                                itself (tbrt_link_mem_reg) */
+    uint64_t direct_recvs;   /* the peer's direct sends read to the end */
+    uint64_t direct_bytes;   /* of those, bytes read straight into registered
+                                memory (the rest came through a stride) */
 } tbrt_link_stats;
 
 enum tbrt_link_state {
@@ -433,6 +439,21 @@ intptr_t tbrt_link_recv(tbrt_link *l, void *buf, size_t len);
 int tbrt_link_flush(tbrt_link *l);
 /* Reap completions and check liveness; returns completions reaped. */
 int tbrt_link_progress(tbrt_link *l);
+
+/* Register the caller's memory with an RDMA link (after probe): a send of
+ * 32 KiB or more from it is not copied into the send ring but offered to
+ * the peer, which reads it with RDMA READs, into its own registered memory
+ * directly (one copy instead of three) or through a stride. Such a send
+ * returns -EAGAIN until the peer has read all of it, and the buffer is lent
+ * to the peer until then: call send again with the same buffer (send_all
+ * does) and change nothing in it; another buffer gets -EBUSY. Up to 8
+ * regions per link; on a soft device registering moves the pages into
+ * shared memory (a copy), so register once and reuse. Over tcp and
+ * llama.cpp's framings this does nothing and returns 0. 0 or -errno
+ * (-EEXIST, -ENOSPC, the device's error, with tbrt_link_why). */
+int tbrt_link_mem_reg(tbrt_link *l, void *addr, size_t len);
+/* Undo it (the address given to mem_reg): -ENOENT, or -EBUSY while lent. */
+int tbrt_link_mem_dereg(tbrt_link *l, void *addr);
 
 /* Blocking variants, each bounded by timeout seconds (< 0: opts.timeout). */
 intptr_t tbrt_link_send_all(tbrt_link *l, const void *buf, size_t len, double timeout);
@@ -539,7 +560,10 @@ void tbrt_link_free(tbrt_link *l);
  * 4 repeat the previous sequence number (1-4: tbrt framing; llama-apple has
  * no sequence number, llama-linux no header: -EINVAL); 5 make the TCP
  * fallback's setup fail (out of memory) when the peer's caps turn out all
- * zero. */
+ * zero; direct transfers (RDMA links in variable framing): the next offer
+ * names 6 a wrong key, 7 a length of 2^30 + 1, 8 an address range that
+ * wraps, or 9 goes twice; 10 sends a done frame that answers no offer, at
+ * once. */
 int tbrt_link_inject(tbrt_link *l, int what);
 
 /* The order close destroyed things in, e.g. "qp,mr,mr,buf,buf,cq,pd,dev"

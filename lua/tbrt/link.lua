@@ -3,6 +3,8 @@
 --   local l = assert(link.probe(sock, opts))      -- device, QP, rings; l:caps()
 --   assert(l:activate(peer_caps))                 -- RTR/RTS + readiness byte
 --   l:send(data) ; l:flush()                      -- bytes, err
+--   l:register(buf, len)                          -- sends of >= 32 KiB from it go
+--                                                 -- direct (the peer reads them)
 --   local data, err, partial = l:recv(n)          -- exactly n bytes
 --   l:close()
 --
@@ -412,6 +414,38 @@ end
 ---------------------------------------------------------------------------
 -- Information, timeouts, close.
 
+-- Register a cdata buffer with the link (tbrt_link_mem_reg): a send of
+-- 32 KiB or more from it is offered to the peer, which reads it with RDMA
+-- READs (straight into its own registered buffer: one copy in all), and a
+-- receive into it takes an offer that way. The link holds on to buf until
+-- unregister or close, so it cannot be collected while the device may
+-- touch it. On tcp this does nothing. true, or nil, err.
+function Link:register(buf, len)
+  local l = self._l
+  if not l then error("link is closed", 2) end
+  if type(buf) ~= "cdata" then error("register: buf must be a cdata buffer, got " .. type(buf), 2) end
+  if type(len) ~= "number" or len < 1 or len % 1 ~= 0 then
+    error("register: len must be a byte count >= 1, got " .. tostring(len), 2)
+  end
+  local rc = C.tbrt_link_mem_reg(l, buf, len)
+  if rc ~= 0 then return nil, self:_err(rc) end
+  self._regs = self._regs or {}
+  self._regs[tonumber(ffi.cast("uintptr_t", buf))] = buf
+  return true
+end
+
+-- Undo register (buf as it was registered). true, or nil, err (EBUSY while
+-- a send from it is still lent to the peer).
+function Link:unregister(buf)
+  local l = self._l
+  if not l then error("link is closed", 2) end
+  if type(buf) ~= "cdata" then error("unregister: buf must be a cdata buffer, got " .. type(buf), 2) end
+  local rc = C.tbrt_link_mem_dereg(l, buf)
+  if rc ~= 0 then return nil, self:_err(rc) end
+  if self._regs then self._regs[tonumber(ffi.cast("uintptr_t", buf))] = nil end
+  return true
+end
+
 function Link:settimeouts(timeout, liveness, spin)
   self:_check()
   if timeout then self.timeout = timeout end
@@ -428,7 +462,8 @@ function Link:stats()
     completions = tonumber(s.completions), spins = tonumber(s.spins),
     sleeps = tonumber(s.sleeps), eagain = tonumber(s.eagain),
     inline_sends = tonumber(s.inline_sends), recv_posted = tonumber(s.recv_posted),
-    cpu_moves = tonumber(s.cpu_moves),
+    cpu_moves = tonumber(s.cpu_moves), direct_sends = tonumber(s.direct_sends),
+    direct_recvs = tonumber(s.direct_recvs), direct_bytes = tonumber(s.direct_bytes),
   }
 end
 
@@ -488,10 +523,17 @@ function Link:verbs()
   return C.tbrt_link_dev(self._l), C.tbrt_link_qp(self._l), C.tbrt_link_cq(self._l)
 end
 
--- Test hook: corrupt the next frame ("magic", "length", "skip", "repeat").
+-- Test hook: corrupt the next frame ("magic", "length", "skip", "repeat"),
+-- or the next direct offer ("offer-key", "offer-length", "offer-wrap",
+-- "offer-twice"), or send a done frame that answers no offer ("stray-done").
+local inject_codes = { magic = 1, length = 2, skip = 3, ["repeat"] = 4, ["offer-key"] = 6,
+  ["offer-length"] = 7, ["offer-wrap"] = 8, ["offer-twice"] = 9, ["stray-done"] = 10 }
 function Link:inject(what)
-  local codes = { magic = 1, length = 2, skip = 3, ["repeat"] = 4 }
-  if not codes[what] then error("inject: magic, length, skip or repeat", 2) end
+  local codes = inject_codes
+  if not codes[what] then
+    error("inject: magic, length, skip, repeat, offer-key, offer-length, offer-wrap, " ..
+      "offer-twice or stray-done", 2)
+  end
   return C.tbrt_link_inject(self._l, codes[what]) == 0
 end
 
@@ -517,7 +559,8 @@ function Link:close(timeout)
   self._info = self:info()
   ffi.gc(l, nil)
   C.tbrt_link_free(l)
-  self._l, self._sv, self._rv = nil, nil, nil
+  -- the device is gone: registered buffers may be collected now
+  self._l, self._sv, self._rv, self._regs = nil, nil, nil, nil
   if err then return nil, err end
   return true
 end

@@ -44,7 +44,10 @@ M.MAX_ITERS = M.MAX_COUNT / 2
 local PINGPONG, PUSH, PULL, DONE = 1, 2, 3, 0
 local OP_NAME = { [PINGPONG] = "PINGPONG", [PUSH] = "PUSH", [PULL] = "PULL", [DONE] = "DONE" }
 local MAGIC = 0x46504254                -- "TBPF" in memory
-local REQ = ffi.typeof("struct { uint32_t magic, op, size, count, seed, reserved; }")
+-- flags: REGISTER asks the answering end to register its buffers with the
+-- link (link:register), as the driver did: large messages then go direct
+local REQ = ffi.typeof("struct { uint32_t magic, op, size, count, seed, flags; }")
+local REGISTER = 1
 local REQ_SIZE = ffi.sizeof(REQ)
 local REPLY = ffi.typeof("struct { uint32_t status, len; }")
 local REPLY_SIZE = ffi.sizeof(REPLY)
@@ -130,9 +133,13 @@ end
 -- The answering side.
 
 -- Why a request cannot be served (a text starting with an errno name), or nil.
-local function refusal(op, n, count, max_size)
+local function refusal(op, n, count, max_size, flags)
   if not OP_NAME[op] then
     return string.format("EPROTO: perf: unknown request op %d (a newer or foreign peer?)", op)
+  end
+  if flags ~= 0 and flags ~= REGISTER then
+    return string.format("EPROTO: perf: unknown request flags 0x%x (a newer or foreign peer?)",
+      flags)
   end
   if n < 1 or n > max_size then
     return string.format("EMSGSIZE: perf: %s of %s messages refused: sizes go from 1 B to %s " ..
@@ -168,13 +175,29 @@ function M.serve(l, opts)
   local head = ffi.new("uint8_t[8]")   -- the first bytes of a size's first message
   local b                              -- the buffers of the size served last
   local served = { requests = 0, bytes = 0 }
-  local function buffers_for(n, seed)
+  local function unregister()
+    if b and b.reg then
+      l:unregister(b.want)
+      l:unregister(b.msg)
+      b.reg = nil
+    end
+  end
+  local function buffers_for(n, seed, reg)
     if not b or b.size ~= n or b.seed ~= seed then
       -- the old size's buffers go first, so no more than one size is held
       local big = b and b.size >= 2 ^ 20
+      unregister()
       b = nil
       if big then collectgarbage() end
       b = buffers(n, seed)
+    end
+    if reg and not b.reg then
+      local rok, rerr = l:register(b.want, b.size)
+      if rok then rok, rerr = l:register(b.msg, b.size) end
+      if not rok then error(rerr, 0) end
+      b.reg = true
+    elseif not reg then
+      unregister()
     end
     return b
   end
@@ -182,13 +205,15 @@ function M.serve(l, opts)
     while true do
       recv(l, req, REQ_SIZE, timeout)
       -- one copy of the peer's words, read once
-      local magic, op, n, count, seed = req.magic, req.op, req.size, req.count, req.seed
+      local magic, op, n, count, seed, flags = req.magic, req.op, req.size, req.count, req.seed,
+        req.flags
       if magic ~= MAGIC then
         error(string.format("EPROTO: perf: request magic 0x%08x is not TBPF (not a pair.lua " ..
           "peer, or the stream is out of step)", magic), 0)
       end
       if op == DONE then return end
-      local why = refusal(op, n, count, max_size)
+      local why = refusal(op, n, count, max_size, flags)
+      local reg = flags == REGISTER
       if why then
         reply(l, why)
         error(why, 0)
@@ -201,7 +226,7 @@ function M.serve(l, opts)
         -- nothing is allocated until the data comes
         local k = math.min(n, 8)
         recv(l, head, k, timeout)
-        local buf = buffers_for(n, seed)
+        local buf = buffers_for(n, seed, reg)
         ffi.copy(buf.msg, head, k)
         local who = op == PINGPONG and "serve pingpong" or "serve push"
         for i = 0, count - 1 do
@@ -210,7 +235,7 @@ function M.serve(l, opts)
         end
         if op == PUSH then send(l, "\1", 1) end
       else
-        local buf = buffers_for(n, seed)
+        local buf = buffers_for(n, seed, reg)
         for i = 0, count - 1 do
           stamp(buf, n, i)
           local sok, serr = l:send(buf.want, n)
@@ -221,6 +246,7 @@ function M.serve(l, opts)
       end
     end
   end)
+  if l._l then pcall(unregister) end
   if not ok then return nil, err end
   return served
 end
@@ -256,8 +282,9 @@ local function timestamps(n)
 end
 
 -- Send a request and wait for its reply; a refusal is raised.
-local function request(l, req, op, n, count, seed, timeout)
-  req.magic, req.op, req.size, req.count, req.seed, req.reserved = MAGIC, op, n, count, seed, 0
+local function request(l, req, op, n, count, seed, timeout, flags)
+  req.magic, req.op, req.size, req.count, req.seed, req.flags = MAGIC, op, n, count, seed,
+    flags or 0
   send(l, req, REQ_SIZE)
   local r = REPLY()
   recv(l, r, REPLY_SIZE, timeout)
@@ -273,7 +300,9 @@ local function request(l, req, op, n, count, seed, timeout)
 end
 
 -- Measure one size. opts: iters (timed messages per test), warmup (untimed
--- ones before them), timeout, lat_only / bw_only, flush_each. Returns the
+-- ones before them), timeout, lat_only / bw_only, flush_each, register
+-- (both ends' buffers registered with the link: large messages go direct,
+-- the peer reading them). Returns the
 -- row (what pair.lua --json prints):
 --   size, messages (timed, both tests, both ways)
 --   lat_iters, lat_warmup, lat_{min,typical,mean,p99,p99_9,max,stdev}_us
@@ -288,11 +317,17 @@ function M.measure(l, n, opts)
   local b = buffers(n, seed)
   local req = REQ()
   local row = { size = n, messages = 0 }
+  local flags = opts.register and REGISTER or 0
+  if opts.register then
+    local ok, err = l:register(b.want, n)
+    if ok then ok, err = l:register(b.msg, n) end
+    if not ok then error(err, 0) end
+  end
   if not opts.bw_only then
     local count = opts.iters or M.lat_iters(n)
     local warm = opts.warmup or M.lat_warmup(count)
     local ts = timestamps(count + 1)
-    request(l, req, PINGPONG, n, warm + count, seed, timeout)
+    request(l, req, PINGPONG, n, warm + count, seed, timeout, flags)
     for i = 0, warm + count - 1 do
       if i >= warm then ts[i - warm] = now() end
       stamp(b, n, i)
@@ -312,7 +347,7 @@ function M.measure(l, n, opts)
     -- the rings (the other end maps them too) belong to set-up
     local warm = opts.warmup or M.bw_warmup(n, count)
     local function push(c)
-      request(l, req, PUSH, n, c, seed, timeout)
+      request(l, req, PUSH, n, c, seed, timeout, flags)
       for i = 0, c - 1 do
         stamp(b, n, i)
         local ok, err = l:send(b.want, n)
@@ -323,7 +358,7 @@ function M.measure(l, n, opts)
       recv(l, b.msg, 1, timeout)
     end
     local function pull(c)
-      request(l, req, PULL, n, c, seed, timeout)
+      request(l, req, PULL, n, c, seed, timeout, flags)
       for i = 0, c - 1 do expect(l, b, n, i, timeout, "pull") end
       send(l, "\1", 1)
     end
@@ -338,6 +373,10 @@ function M.measure(l, n, opts)
     row.bw_pull, row.msg_rate_pull = count * n / dt / 1e9, count / dt
     row.bw_iters, row.bw_warmup = count, warm
     row.messages = row.messages + 2 * count
+  end
+  if opts.register then
+    l:unregister(b.want)
+    l:unregister(b.msg)
   end
   return row
 end

@@ -7,6 +7,10 @@
  *                                                   ucx_perftest's tag_lat figure, then
  *                                                   the mean (lat_mean_SIZE)
  *   tbrt-bench DEVICE PERSONALITY bw SIZE ITERS     streaming bandwidth, GB/s
+ *   ... bw-reg / lat-reg                            the same from and into buffers
+ *                                                   registered with the link
+ *                                                   (tbrt_link_mem_reg: large sends
+ *                                                   go direct, read by the peer)
  *
  * Prints "name value unit" lines. The child (tbrt-bench --peer ... PORT)
  * connects and answers (echo for lat; reads everything and acks for bw); the
@@ -61,6 +65,15 @@ static tbrt_link *ready_or_die(tbrt_link *l, const char *what, const tbrt_error 
     return l;
 }
 
+/* -reg modes: both buffers registered with the link */
+static void register_or_die(tbrt_link *l, const char *mode, uint8_t *want, uint8_t *buf,
+                            size_t n)
+{
+    if (strstr(mode, "-reg") &&
+        (tbrt_link_mem_reg(l, want, n + 8) || tbrt_link_mem_reg(l, buf, n + 8)))
+        die("mem_reg", l);
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -90,7 +103,9 @@ static void check(const uint8_t *b, const uint8_t *want, size_t n, uint64_t idx)
 static void serve(tbrt_link *l, const char *mode, size_t n, long iters, uint8_t *want,
                   uint8_t *buf)
 {
-    if (strcmp(mode, "bw") == 0) {
+    bool is_bw = strncmp(mode, "bw", 2) == 0;
+    register_or_die(l, mode, want, buf, n);
+    if (is_bw) {
         for (long i = 0; i < WARM; i++)
             if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
                 die("peer warm-up", l);
@@ -105,12 +120,12 @@ static void serve(tbrt_link *l, const char *mode, size_t n, long iters, uint8_t 
         if (n >= 8)
             memcpy(want, &idx, 8);
         check(buf, want, n, idx);
-        if (strcmp(mode, "lat") == 0) {
+        if (!is_bw) {
             if (tbrt_link_send_all(l, buf, n, 60) != (intptr_t)n || tbrt_link_flush(l))
                 die("peer send", l);
         }
     }
-    if (strcmp(mode, "bw") == 0) {
+    if (is_bw) {
         uint8_t ack = 1;
         if (tbrt_link_send_all(l, &ack, 1, 60) != 1 || tbrt_link_flush(l))
             die("peer ack", l);
@@ -164,8 +179,10 @@ int main(int argc, char **argv)
     }
     tbrt_link *l = ready_or_die(tbrt_link_accept(srv, 60, &err), "accept", &err);
     tbrt_listener_close(srv);
+    bool is_bw = strncmp(mode, "bw", 2) == 0;
+    register_or_die(l, mode, want, buf, n);
     double t0 = 0, dt;
-    if (strcmp(mode, "lat") == 0) {
+    if (!is_bw) {
         double *rtt = calloc((size_t)iters, sizeof *rtt), t1 = 0;
         for (long i = 0; i < iters; i++) {
             double ti = now();

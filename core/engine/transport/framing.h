@@ -25,6 +25,16 @@
 
 #include "tbrt.h"
 
+/* Direct transfers (direct.c) in tbrt's variable framing: an offer
+ * {addr u64, rkey u32, len u32} of the sender's registered memory, and the
+ * reader's done {len u32} once it has read all of it. They take sequence
+ * numbers as any frame does; the reader's progress, not its reader, takes
+ * a done. */
+#define FRAME_OFFER_MAGIC 0x4f524254u /* "TBRO" */
+#define FRAME_DONE_MAGIC 0x44524254u  /* "TBRD" */
+#define FRAME_OFFER_LEN 16u
+#define FRAME_DONE_LEN 4u
+
 struct frame_hdr {
     uint32_t magic;
     uint32_t len;

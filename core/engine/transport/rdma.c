@@ -86,6 +86,9 @@ int link_rdma_setup(struct xport *x, char *err, size_t errlen)
                        "message size %u", x->link_id, x->stride, tbrt_dev_name(dev), pa.max_msg_sz);
     /* queue depth: work requests, or 4 KiB frames on Apple (TN3205) */
     uint64_t depth = x->nbuf;
+    /* direct transfers' reads and control frames go beyond the strides */
+    uint32_t extra = x->framing == TBRT_FRAMING_VARIABLE && x->qp_type == IBV_QPT_RC
+                         ? DIRECT_CTL_MAX : 0;
     if (x->flavor == TBRT_FLAVOR_APPLE || llama) {
         depth = (uint64_t)x->nbuf * (x->stride / 4096);
         struct ibv_device_attr da;
@@ -108,7 +111,7 @@ int link_rdma_setup(struct xport *x, char *err, size_t errlen)
     /* inline data for small frames (a flush of a few bytes is one SEND with
      * its bytes in the WQE), where the device grants it */
     tbrt_qp_init qi = {.send_cq = x->cq, .recv_cq = x->cq, .qp_type = x->qp_type,
-                       .cap = {.max_send_wr = (uint32_t)depth, .max_recv_wr = (uint32_t)depth,
+                       .cap = {.max_send_wr = (uint32_t)depth + extra, .max_recv_wr = (uint32_t)depth,
                                .max_send_sge = 1, .max_recv_sge = 1,
                                .max_inline_data = RDMA_INLINE}};
     rc = tbrt_qp_create(x->pd, &qi, &x->qp);
@@ -121,6 +124,8 @@ int link_rdma_setup(struct xport *x, char *err, size_t errlen)
         return err_set(err, errlen, -rc, "link %d: probe: create_qp: %s", x->link_id,
                        tbrt_dev_why(dev));
     x->max_inline = TBRT_MIN(qi.cap.max_inline_data, (uint32_t)RDMA_INLINE);
+    x->max_msg = pa.max_msg_sz;
+    x->direct_ok = extra && direct_setup(x);
     x->ring_bytes = (size_t)x->nbuf * x->stride;
     x->send_ring_bytes = x->ring_bytes;
     x->send_mem = rdma_ring_alloc(x->ring_bytes);
@@ -306,10 +311,26 @@ static int wrong_wire(struct xport *x, int peer, const char *what)
 }
 
 /* tbrt's header: the payload length, or -1 after recording why not. */
-static int64_t tbrt_frame(struct xport *x, const uint8_t *at, const struct ibv_wc *wc)
+static int64_t tbrt_frame(struct xport *x, const uint8_t *at, const struct ibv_wc *wc,
+                          uint32_t *kind)
 {
     uint32_t magic, len, seq, check;
     frame_hdr_read(at, &magic, &len, &seq, &check);
+    *kind = magic;
+    if ((magic == FRAME_OFFER_MAGIC || magic == FRAME_DONE_MAGIC) &&
+        check == (uint32_t) ~(magic ^ len ^ seq)) {
+        /* direct.c says whether this link takes them and checks the rest */
+        if (wc->byte_len != TBRT_STRIDE_HDR + len)
+            return xport_fail(x, EPROTO, "recv: a direct %s frame of length %u but the SEND "
+                              "carried %u bytes", magic == FRAME_OFFER_MAGIC ? "offer" : "done",
+                              len, wc->byte_len), -1;
+        if (seq != x->recv_seq)
+            return xport_fail(x, EPROTO, "recv: frame seq %u != expected %u (a frame was %s on "
+                              "the wire)", seq, x->recv_seq,
+                              seq > x->recv_seq ? "dropped" : "repeated"), -1;
+        x->recv_seq++;
+        return len;
+    }
     if (magic == TBRT_LLAMA_SEG_MAGIC)
         return wrong_wire(x, WIRE_LLAMA_APPLE, "recv: a frame with llama.cpp's RSEG magic"), -1;
     if (magic != TBRT_SEG_MAGIC) {
@@ -366,11 +387,17 @@ static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
     if (buf >= x->nbuf)
         return xport_fail(x, EPROTO, "recv completion for stride %u of %u", buf, x->nbuf);
     const uint8_t *at = x->recv_mem + (size_t)buf * x->stride;
+    uint32_t kind = TBRT_SEG_MAGIC;
     int64_t got = x->framing == TBRT_FRAMING_LLAMA_APPLE ? rseg_frame(x, at, wc)
-                                                         : tbrt_frame(x, at, wc);
+                                                         : tbrt_frame(x, at, wc, &kind);
     if (got < 0)
         return -x->err;
     uint32_t len = (uint32_t)got;
+    if (kind != TBRT_SEG_MAGIC) {
+        x->recv_posted--;
+        x->stats.frames_recv++;
+        return direct_frame(x, kind, buf, at + TBRT_STRIDE_HDR, len);
+    }
     if (DBG_ON(DBG_FRAME))
         dbg_frame(x, "frame in", buf, x->framing == TBRT_FRAMING_LLAMA_APPLE ? 0 : x->recv_seq - 1,
                   len, wc->byte_len, &x->dbg_last_in);
@@ -382,12 +409,13 @@ static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
     q->buf = buf;
     q->off = 0;
     q->len = len;
+    q->direct = false;
     x->inq_count++;
     x->inq_bytes += len;
     return 0;
 }
 
-static int rdma_progress(struct xport *x)
+int rdma_poll(struct xport *x)
 {
     struct ibv_wc wc[WC_BATCH];
     int n = tbrt_cq_poll(x->cq, WC_BATCH, wc);
@@ -402,11 +430,19 @@ static int rdma_progress(struct xport *x)
             if (!v[0] && wc[i].vendor_err == 0)
                 v = tbrt_dev_why(x->dev);
             return xport_fail(x, wc[i].status == IBV_WC_RETRY_EXC_ERR ? ECONNRESET : EIO,
-                             "%s completion: %s%s%s", is_recv ? "recv" : "send",
+                             "%s completion: %s%s%s",
+                             is_recv ? "recv" : wc[i].wr_id & RDMA_DIRECT_TAG
+                                 ? (wc[i].opcode == IBV_WC_RDMA_READ || x->dread_busy
+                                        ? "direct read" : "direct control send")
+                                 : "send",
                              wc_status_text(wc[i].status), v[0] ? ": " : "", v);
         }
         if (is_recv) {
             int rc = frame_arrived(x, &wc[i]);
+            if (rc)
+                return rc;
+        } else if (wc[i].wr_id & RDMA_DIRECT_TAG) {
+            int rc = direct_completion(x, &wc[i]);
             if (rc)
                 return rc;
         } else if (wc[i].wr_id & RDMA_INLINE_TAG) {
@@ -437,7 +473,7 @@ static int rdma_progress(struct xport *x)
 
 /* ---- sending -------------------------------------------------------------------- */
 
-static int post_pending(struct xport *x)
+int rdma_post_pending(struct xport *x)
 {
     if (x->pend_buf < 0)
         return 0;
@@ -491,7 +527,7 @@ static bool acquire(struct xport *x)
         return true;
     /* its SEND will need a place in the send queue (nbuf deep) */
     if (x->send_count + x->inline_count == x->nbuf) {
-        if (rdma_progress(x) < 0 || x->send_count + x->inline_count == x->nbuf)
+        if (rdma_poll(x) < 0 || x->send_count + x->inline_count == x->nbuf)
             return false;
     }
     x->pend_buf = (int)ring_at(x->send_head, x->send_count, x->nbuf);
@@ -501,6 +537,11 @@ static bool acquire(struct xport *x)
 
 static intptr_t rdma_send(struct xport *x, const void *buf, size_t len)
 {
+    if (x->dsend.active || (len >= DIRECT_MIN && x->umr_n && x->direct_ok)) {
+        intptr_t d = direct_send(x, buf, len);
+        if (d)
+            return d;           /* 0: not from registered memory, copied below */
+    }
     const uint8_t *p = buf;
     size_t done = 0;
     while (done < len) {
@@ -511,7 +552,7 @@ static intptr_t rdma_send(struct xport *x, const void *buf, size_t len)
         memcpy(at, p + done, n);
         x->pend_len += (uint32_t)n;
         done += n;
-        if (x->pend_len == x->payload && post_pending(x))
+        if (x->pend_len == x->payload && rdma_post_pending(x))
             return -x->err;
     }
     if (x->err)
@@ -526,14 +567,14 @@ static int rdma_flush(struct xport *x)
         x->pend_buf = -1;       /* nothing written: give the stride back */
         return 0;
     }
-    return post_pending(x);
+    return rdma_post_pending(x);
 }
 
 /* ---- receiving ------------------------------------------------------------------ */
 
 /* n bytes of the oldest completed stride read: a drained stride goes back
  * to the device. */
-static int consume(struct xport *x, struct link_inq *q, size_t n)
+int rdma_consume(struct xport *x, struct link_inq *q, size_t n)
 {
     q->off += (uint32_t)n;
     x->inq_bytes -= n;
@@ -551,10 +592,17 @@ intptr_t rdma_recv(struct xport *x, void *buf, size_t len)
     size_t done = 0;
     while (done < len && x->inq_count) {
         struct link_inq *q = &x->inq[x->inq_head];
+        if (q->direct) {
+            intptr_t r = direct_recv(x, q, p + done, len - done);
+            if (r < 0)
+                return r;
+            done += (size_t)r;
+            continue;
+        }
         size_t n = TBRT_MIN(len - done, (size_t)(q->len - q->off));
         memcpy(p + done, x->recv_mem + (size_t)q->buf * x->stride + x->hdr + q->off, n);
         done += n;
-        if (consume(x, q, n))
+        if (rdma_consume(x, q, n))
             return -x->err;
     }
     return (intptr_t)done;
@@ -576,7 +624,7 @@ static int rdma_commit(struct xport *x, size_t n)
 {
     x->pend_len += (uint32_t)n;
     x->stats.bytes_sent += n;
-    return x->pend_len == x->payload ? post_pending(x) : 0;
+    return x->pend_len == x->payload ? rdma_post_pending(x) : 0;
 }
 
 /* The unread bytes of the oldest completed stride (shared with llama-linux). */
@@ -585,15 +633,18 @@ intptr_t rdma_recv_view(struct xport *x, const uint8_t **out)
     if (!x->inq_count)
         return 0;
     struct link_inq *q = &x->inq[x->inq_head];
+    if (q->direct)
+        return direct_view(x, q, out);
     *out = x->recv_mem + (size_t)q->buf * x->stride + x->hdr + q->off;
     return (intptr_t)(q->len - q->off);
 }
 
 int rdma_release(struct xport *x, size_t n)
 {
-    if (!x->inq_count || n > x->inq[x->inq_head].len - x->inq[x->inq_head].off)
+    struct link_inq *q = x->inq_count ? &x->inq[x->inq_head] : NULL;
+    if (!q || n > (q->direct ? q->wend : q->len) - q->off)
         return xport_fail(x, EPROTO, "release: %zu bytes beyond the oldest stride", n);
-    return consume(x, &x->inq[x->inq_head], n);
+    return q->direct ? direct_consume(x, q, n) : rdma_consume(x, q, n);
 }
 
 /* ---- waiting -------------------------------------------------------------------- */
@@ -605,7 +656,7 @@ static int rdma_arm(struct xport *x)
     if (rc)
         return xport_fail(x, -rc, "req_notify_cq: %s", tbrt_dev_why(x->dev));
     /* a completion that arrived before arming raises no event: look again */
-    rc = rdma_progress(x);
+    rc = rdma_poll(x);
     return rc < 0 ? rc : rc > 0 ? 1 : 0;
 }
 
@@ -621,6 +672,8 @@ int rdma_fds(struct xport *x, int *fds, int max)
 
 static bool rdma_writable(struct xport *x)
 {
+    if (x->dsend.active)
+        return x->dsend.done;   /* a send lent to the peer: writable once it is read */
     return x->pend_buf >= 0 || x->send_count + x->inline_count < x->nbuf;
 }
 
@@ -659,6 +712,7 @@ void rdma_teardown(struct xport *x)
         qp_gone = step(x, tbrt_qp_destroy(x->qp), "qp");
         x->qp = NULL;
     }
+    direct_teardown(x);         /* the caller's regions, after the QP that reads them */
     if (x->send_mr)
         step(x, tbrt_mr_dereg(x->send_mr), "mr");
     if (x->recv_mr)
@@ -701,7 +755,7 @@ const struct link_transport link_rdma = {
     .send = rdma_send,
     .recv = rdma_recv,
     .flush = rdma_flush,
-    .progress = rdma_progress,
+    .progress = rdma_poll,
     .activate = rdma_activate,
     .arm = rdma_arm,
     .fds = rdma_fds,

@@ -68,7 +68,20 @@ struct link_inq {
     uint32_t buf;
     uint32_t off;
     uint32_t len;
+    /* a direct offer (direct.c): len is the offer's; the stride holds
+     * [wbeg, wend) of it, read there for a reader without registered memory */
+    bool direct;
+    uint32_t wbeg, wend;
 };
+
+/* A caller's memory registered with a link (tbrt_link_mem_reg): sends from
+ * it and receives into it may go direct (direct.c). */
+struct xport_umr {
+    uint8_t *addr;
+    size_t len;
+    tbrt_mr *mr;
+};
+#define XPORT_UMR_MAX 8
 
 /* A link's transport state. The engine sets the fields marked (engine)
  * before setup; the transport owns the rest. */
@@ -133,6 +146,27 @@ struct xport {
     uint32_t *repost;
     uint32_t repost_head, repost_n;
 
+    /* direct transfers (direct.c): the caller's registered memory; the one
+     * send lent to the peer (offered, not yet done); the peer's one offer;
+     * the reads and control frames in flight (the QP has room for them
+     * beyond the nbuf strides) */
+    struct xport_umr umr[XPORT_UMR_MAX];
+    uint32_t umr_n;
+    bool direct_ok;             /* this link may offer: RC, tbrt's variable framing */
+    uint32_t max_msg;           /* the port's largest message: one READ at most */
+    struct {
+        const uint8_t *buf;
+        uint32_t len;
+        bool active, done;
+    } dsend;
+    struct {
+        uint64_t addr;
+        uint32_t rkey;
+        bool pending;
+    } doffer;
+    uint32_t dctl_inflight;
+    bool dread_busy;
+
     /* tcp */
     uint8_t *tcp_buf;
     size_t tcp_len, tcp_cap;
@@ -166,7 +200,33 @@ int rdma_fds(struct xport *x, int *fds, int max);
 size_t rdma_readable(struct xport *x);
 void rdma_teardown(struct xport *x);
 void *rdma_ring_alloc(size_t bytes);
+int rdma_poll(struct xport *x);
+int rdma_post_pending(struct xport *x);
+int rdma_consume(struct xport *x, struct link_inq *q, size_t n);
 #define RDMA_RECV_TAG (1ull << 20)   /* wr_id bit of receive completions */
 #define RDMA_INLINE_TAG (1ull << 21) /* wr_id bit of inline sends' completions */
+#define RDMA_DIRECT_TAG (1ull << 22) /* wr_id bit of direct reads and control frames */
+
+/* direct.c: large sends from registered memory go as an offer (address,
+ * key, length) that the reader takes with RDMA READs, straight into its own
+ * registered memory, or through the offer's stride when it has none. */
+enum {
+    DIRECT_MIN = 32 * 1024,     /* a send this large from registered memory is offered */
+    DIRECT_MAX = 1u << 30,      /* bytes in one offer: a larger send is taken in parts */
+    DIRECT_CTL_MAX = 4,         /* reads and control frames in flight, at most */
+};
+bool direct_setup(struct xport *x);
+int direct_mem_reg(struct xport *x, void *addr, size_t len);
+int direct_mem_dereg(struct xport *x, void *addr);
+bool direct_lent(const struct xport *x, const void *addr, size_t len);
+intptr_t direct_send(struct xport *x, const void *buf, size_t len);
+int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *payload,
+                 uint32_t len);
+int direct_completion(struct xport *x, const struct ibv_wc *wc);
+intptr_t direct_recv(struct xport *x, struct link_inq *q, uint8_t *dst, size_t want);
+intptr_t direct_view(struct xport *x, struct link_inq *q, const uint8_t **out);
+int direct_consume(struct xport *x, struct link_inq *q, size_t n);
+void direct_teardown(struct xport *x);
+int direct_stray_done(struct xport *x);   /* test hook (tbrt_link_inject) */
 
 #endif

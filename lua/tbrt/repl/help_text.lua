@@ -85,7 +85,9 @@ kind("link", "a link", has_meta("tbrt.link", "Link"), {
   { "commit(n)", "send the first n bytes of the open send view" },
   { "recv_view([timeout])", "zero-copy: the oldest received stride's unread bytes: ptr, len" },
   { "release([n])", "give back n (default all) bytes of the open recv view" },
-  { "stats()", "bytes/frames sent and received, completions, spins, sleeps; wire_* counters" },
+  { "register(buf, len)", "register a cdata buffer: sends of >= 32 KiB from it go direct (peer READs)" },
+  { "unregister(buf)", "undo register (EBUSY while a send from it is lent to the peer)" },
+  { "stats()", "bytes/frames sent and received, completions, spins, sleeps; direct_*; wire_*" },
   { "faults({drop=, delay=, ...})", "inject faults on this link's device, while traffic runs ({} clears)" },
   { "info()", "id, state, device, kind, personality, framing, QP numbers, ..." },
   { "settimeouts(timeout, liveness, spin)", "seconds for waits, peer liveness, spinning" },
@@ -95,7 +97,7 @@ kind("link", "a link", has_meta("tbrt.link", "Link"), {
   { "why()", "the last error, or why the device was chosen" },
   { "teardown()", "what closing did, step by step" },
   { "verbs()", "the device, QP and CQ underneath (cdata)" },
-  { "inject(what)", "test hook: corrupt the next frame (magic, length, skip, repeat)" },
+  { "inject(what)", "test hook: corrupt the next frame (magic, length, skip, repeat) or offer (offer-*)" },
   { "close([timeout])", "flush, wait for sends in flight, goodbye, teardown" },
 })
 

@@ -1,0 +1,368 @@
+/* direct.c - direct transfers on an RDMA link: a large send from memory the
+ * caller registered with the link (tbrt_link_mem_reg) is not copied into
+ * the send ring. The sender offers it instead, in one small frame (address,
+ * key, length: framing.h), and lends it until the reader says it is done;
+ * the reader takes the bytes with RDMA READs, straight into its caller's
+ * buffer when that is registered memory too (one copy in all, where the
+ * ring costs three), else through the offer's own stride (a window of one
+ * stride payload, also what a recv view of an offer shows).
+ *
+ * In the byte stream an offer is just its length of bytes, in order: the
+ * sender posts what it coalesced before offering, and takes no more bytes
+ * until the done frame comes back, so the reader meets them where they
+ * were sent. The done frame is taken by progress, as completions are, not
+ * by the sender's reader (who may be sending, not reading).
+ *
+ * The peer's offer is its word: the device checks the key and bounds on
+ * every READ (a bad one fails the link with the device's reason); here its
+ * length is bounded (DIRECT_MAX), one offer at a time, and a done must name
+ * the length that was lent. Control frames go inline from the stack; the QP
+ * has DIRECT_CTL_MAX send slots for them and the reads beyond its strides.
+ * Every wait here is bounded by the link's timeout. */
+#include <endian.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/transport/framing.h"
+#include "engine/transport/transport.h"
+#include "util/util.h"
+
+enum { WR_READ = 1, WR_CTL = 2 };
+/* a receive smaller than this reads through the window even into registered
+ * memory: a READ of its own would cost more than the copy */
+#define DIRECT_READ_MIN 4096
+
+bool direct_setup(struct xport *x)
+{
+    /* its control frames go inline, from the stack; and the reader READs,
+     * which tbrt's mlx5 data path does not post yet (SEND and WRITE only) */
+    return x->max_inline >= TBRT_STRIDE_HDR + FRAME_OFFER_LEN &&
+           strcmp(tbrt_dev_kind(x->dev), "mlx5") != 0;
+}
+
+static struct xport_umr *umr_find(struct xport *x, const void *p, size_t n)
+{
+    const uint8_t *a = p;
+    for (uint32_t i = 0; i < x->umr_n; i++) {
+        struct xport_umr *u = &x->umr[i];
+        if (a >= u->addr && n <= u->len && (size_t)(a - u->addr) <= u->len - n)
+            return u;
+    }
+    return NULL;
+}
+
+int direct_mem_reg(struct xport *x, void *addr, size_t len)
+{
+    for (uint32_t i = 0; i < x->umr_n; i++)
+        if (x->umr[i].addr == addr)
+            return -EEXIST;
+    if (x->umr_n == XPORT_UMR_MAX)
+        return -ENOSPC;
+    tbrt_mr *mr;
+    /* Apple rejects LOCAL_WRITE-only regions; the peer reads with REMOTE_READ */
+    int rc = tbrt_mr_reg(x->pd, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                         IBV_ACCESS_REMOTE_WRITE, &mr);
+    if (rc)
+        return rc;
+    x->umr[x->umr_n++] = (struct xport_umr){.addr = addr, .len = len, .mr = mr};
+    return 0;
+}
+
+bool direct_lent(const struct xport *x, const void *addr, size_t len)
+{
+    const uint8_t *a = addr, *b = x->dsend.buf;
+    return x->dsend.active && b < a + len && a < b + x->dsend.len;
+}
+
+int direct_mem_dereg(struct xport *x, void *addr)
+{
+    for (uint32_t i = 0; i < x->umr_n; i++) {
+        struct xport_umr *u = &x->umr[i];
+        if (u->addr != addr)
+            continue;
+        if (direct_lent(x, u->addr, u->len))
+            return -EBUSY;
+        int rc = tbrt_mr_dereg(u->mr);
+        if (rc)
+            return rc;
+        *u = x->umr[--x->umr_n];
+        return 0;
+    }
+    return -ENOENT;
+}
+
+void direct_teardown(struct xport *x)
+{
+    for (uint32_t i = 0; i < x->umr_n; i++) {
+        int rc = tbrt_mr_dereg(x->umr[i].mr);
+        if (rc && !x->close_err) {
+            x->close_err = -rc;
+            snprintf(x->close_why, sizeof x->close_why, "%s", tbrt_dev_why(x->dev));
+        }
+        xport_log_teardown(x, rc ? "mr(failed)" : "mr");
+    }
+    x->umr_n = 0;
+}
+
+/* Poll until fewer than lim reads and control frames are in flight (lim 1:
+ * none), within the link's timeout. */
+static int ctl_wait(struct xport *x, uint32_t lim, const char *what, uint32_t n, uint32_t off)
+{
+    double deadline = 0;
+    for (uint32_t spins = 0; x->dctl_inflight >= lim; spins++) {
+        int rc = rdma_poll(x);
+        if (rc < 0)
+            return rc;
+        if (rc == 0 && (spins & 63) == 63) {
+            double t = now_s();
+            if (deadline == 0)
+                deadline = t + x->opts->timeout;
+            else if (t > deadline)
+                return xport_fail(x, ETIMEDOUT, "%s of %u bytes at offset %u of the peer's "
+                                  "direct offer: not complete within %.3g s", what, n, off,
+                                  x->opts->timeout);
+        }
+    }
+    return 0;
+}
+
+/* An offer or a done: one inline SEND of header and payload. */
+static int post_ctl(struct xport *x, uint32_t magic, const void *payload, uint32_t len)
+{
+    int rc = ctl_wait(x, DIRECT_CTL_MAX - 1, "room for a control frame", len, 0);
+    if (rc)
+        return rc;
+    uint8_t f[TBRT_STRIDE_HDR + FRAME_OFFER_LEN];
+    uint32_t seq = x->send_seq++;
+    frame_hdr_write(f, magic, len, seq);
+    memcpy(f + TBRT_STRIDE_HDR, payload, len);
+    struct ibv_sge sge = {.addr = (uintptr_t)f, .length = TBRT_STRIDE_HDR + len,
+                          .lkey = x->send_mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = RDMA_DIRECT_TAG | WR_CTL, .sg_list = &sge, .num_sge = 1,
+                             .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE};
+    rc = tbrt_post_send(x->qp, &wr, NULL);
+    if (rc)
+        return xport_fail(x, -rc, "post_send direct %s frame: %s",
+                          magic == FRAME_OFFER_MAGIC ? "offer" : "done", tbrt_dev_why(x->dev));
+    x->dctl_inflight++;
+    x->stats.frames_sent++;
+    return 0;
+}
+
+intptr_t direct_send(struct xport *x, const void *buf, size_t len)
+{
+    if (x->dsend.active) {
+        /* the engine refused any other buffer: this is the lent one again */
+        if (!x->dsend.done)
+            return -EAGAIN;
+        uint32_t n = x->dsend.len;
+        x->dsend.active = x->dsend.done = false;
+        x->stats.bytes_sent += n;
+        x->stats.direct_sends++;
+        return n;
+    }
+    struct xport_umr *u = umr_find(x, buf, len);
+    if (!u)
+        return 0;
+    uint32_t n = len > DIRECT_MAX ? DIRECT_MAX : (uint32_t)len;
+    int inject = x->inject;
+    if (inject >= 6 && inject <= 9)
+        x->inject = 0;          /* test hooks (link.h): a hostile offer, below */
+    else
+        inject = 0;
+    /* what was coalesced before goes first: the stream keeps its order */
+    if (x->pend_buf >= 0 && x->pend_len && rdma_post_pending(x))
+        return -x->err;
+    uint8_t p[FRAME_OFFER_LEN];
+    uint64_t a = (uintptr_t)buf;
+    uint32_t k = u->mr->rkey, ln = n;
+    if (inject) {
+        k = inject == 6 ? k ^ 0x5a5a5a00u : k;
+        ln = inject == 7 ? DIRECT_MAX + 1u : ln;
+        a = inject == 8 ? UINT64_MAX - 4095 : a;
+    }
+    uint64_t addr = htole64(a);
+    uint32_t key = htole32(k), l32 = htole32(ln);
+    memcpy(p, &addr, 8);
+    memcpy(p + 8, &key, 4);
+    memcpy(p + 12, &l32, 4);
+    if (post_ctl(x, FRAME_OFFER_MAGIC, p, sizeof p) ||
+        (inject == 9 && post_ctl(x, FRAME_OFFER_MAGIC, p, sizeof p)))
+        return -x->err;
+    x->dsend.buf = buf;
+    x->dsend.len = n;
+    x->dsend.active = true;
+    x->dsend.done = false;
+    return -EAGAIN;             /* taken when the done comes back */
+}
+
+int direct_stray_done(struct xport *x)
+{
+    uint32_t v = htole32(4096);
+    return post_ctl(x, FRAME_DONE_MAGIC, &v, sizeof v) ? -x->err : 0;
+}
+
+int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *payload,
+                 uint32_t len)
+{
+    if (magic == FRAME_DONE_MAGIC) {
+        uint32_t v;
+        if (len != FRAME_DONE_LEN)
+            return xport_fail(x, EPROTO, "recv: a direct done frame of %u bytes, expected %u",
+                              len, FRAME_DONE_LEN);
+        memcpy(&v, payload, 4);
+        v = le32toh(v);
+        if (!x->dsend.active || x->dsend.done)
+            return xport_fail(x, EPROTO, "recv: a direct done frame (%u bytes), but no send of "
+                              "ours is lent to the peer", v);
+        if (v != x->dsend.len)
+            return xport_fail(x, EPROTO, "recv: the peer says it read %u bytes of our direct "
+                              "send of %u", v, x->dsend.len);
+        x->dsend.done = true;
+        return rdma_give_back(x, buf) ? -x->err : 0;
+    }
+    if (!x->direct_ok)
+        return xport_fail(x, EPROTO, "recv: a direct offer on a link that cannot read one "
+                          "(%s, %s framing)", x->qp_type == IBV_QPT_RC ? "RC" : "UC",
+                          framing_name(x->framing));
+    if (len != FRAME_OFFER_LEN)
+        return xport_fail(x, EPROTO, "recv: a direct offer frame of %u bytes, expected %u", len,
+                          FRAME_OFFER_LEN);
+    if (x->doffer.pending)
+        return xport_fail(x, EPROTO, "recv: a second direct offer before the first was read");
+    uint64_t addr;
+    uint32_t key, olen;
+    memcpy(&addr, payload, 8);
+    memcpy(&key, payload + 8, 4);
+    memcpy(&olen, payload + 12, 4);
+    addr = le64toh(addr);
+    key = le32toh(key);
+    olen = le32toh(olen);
+    if (olen == 0 || olen > DIRECT_MAX)
+        return xport_fail(x, EPROTO, "recv: a direct offer of %u bytes (1 to %u)", olen,
+                          (uint32_t)DIRECT_MAX);
+    if (addr + olen < addr)
+        return xport_fail(x, EPROTO, "recv: a direct offer of %u bytes at 0x%llx wraps the "
+                          "address space", olen, (unsigned long long)addr);
+    x->doffer.addr = addr;
+    x->doffer.rkey = key;
+    x->doffer.pending = true;
+    struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count, x->nbuf)];
+    *q = (struct link_inq){.buf = buf, .len = olen, .direct = true};
+    x->inq_count++;
+    x->inq_bytes += olen;
+    return 0;
+}
+
+int direct_completion(struct xport *x, const struct ibv_wc *wc)
+{
+    if (!x->dctl_inflight)
+        return xport_fail(x, EPROTO, "a direct completion (wr_id 0x%llx), none in flight",
+                          (unsigned long long)wc->wr_id);
+    x->dctl_inflight--;
+    if ((wc->wr_id & 3) == WR_READ)
+        x->dread_busy = false;
+    return 0;
+}
+
+/* n bytes at off of the peer's offer into dst, and wait for them. */
+static int direct_read(struct xport *x, uint8_t *dst, uint32_t lkey, uint32_t off, uint32_t n)
+{
+    while (n) {
+        uint32_t m = x->max_msg && n > x->max_msg ? x->max_msg : n;
+        int rc = ctl_wait(x, DIRECT_CTL_MAX, "room for a read", m, off);
+        if (rc)
+            return rc;
+        struct ibv_sge sge = {.addr = (uintptr_t)dst, .length = m, .lkey = lkey};
+        struct ibv_send_wr wr = {.wr_id = RDMA_DIRECT_TAG | WR_READ, .sg_list = &sge,
+                                 .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+                                 .send_flags = IBV_SEND_SIGNALED};
+        wr.wr.rdma.remote_addr = x->doffer.addr + off;
+        wr.wr.rdma.rkey = x->doffer.rkey;
+        rc = tbrt_post_send(x->qp, &wr, NULL);
+        if (rc)
+            return xport_fail(x, -rc, "post_send direct read of %u bytes: %s", m,
+                              tbrt_dev_why(x->dev));
+        x->dctl_inflight++;
+        x->dread_busy = true;
+        /* the read is ours to wait for: the caller's buffer is lent to the
+         * device only inside this call */
+        double deadline = 0;
+        for (uint32_t spins = 0; x->dread_busy; spins++) {
+            rc = rdma_poll(x);
+            if (rc < 0)
+                return rc;
+            if (rc == 0 && (spins & 63) == 63) {
+                double t = now_s();
+                if (deadline == 0)
+                    deadline = t + x->opts->timeout;
+                else if (t > deadline)
+                    return xport_fail(x, ETIMEDOUT, "direct read of %u bytes at offset %u of "
+                                      "the peer's offer: not complete within %.3g s", m, off,
+                                      x->opts->timeout);
+            }
+        }
+        dst += m;
+        off += m;
+        n -= m;
+    }
+    return 0;
+}
+
+static uint8_t *window_of(struct xport *x, const struct link_inq *q)
+{
+    return x->recv_mem + (size_t)q->buf * x->stride + TBRT_STRIDE_HDR;
+}
+
+/* The next stride payload of the offer into its stride. */
+static int load_window(struct xport *x, struct link_inq *q)
+{
+    uint32_t m = TBRT_MIN(q->len - q->off, x->payload);
+    if (direct_read(x, window_of(x, q), x->recv_mr->lkey, q->off, m))
+        return -x->err;
+    q->wbeg = q->off;
+    q->wend = q->off + m;
+    return 0;
+}
+
+int direct_consume(struct xport *x, struct link_inq *q, size_t n)
+{
+    if (q->off + n == q->len) {
+        uint32_t v = htole32(q->len);
+        if (post_ctl(x, FRAME_DONE_MAGIC, &v, sizeof v))
+            return -x->err;
+        x->doffer.pending = false;
+        x->stats.direct_recvs++;
+    }
+    return rdma_consume(x, q, n);
+}
+
+intptr_t direct_recv(struct xport *x, struct link_inq *q, uint8_t *dst, size_t want)
+{
+    size_t n = TBRT_MIN(want, (size_t)(q->len - q->off));
+    struct xport_umr *u;
+    if (q->off < q->wend) {
+        n = TBRT_MIN(n, (size_t)(q->wend - q->off));
+        memcpy(dst, window_of(x, q) + (q->off - q->wbeg), n);
+    } else if (n >= DIRECT_READ_MIN && (u = umr_find(x, dst, n)) != NULL) {
+        if (direct_read(x, dst, u->mr->lkey, q->off, (uint32_t)n))
+            return -x->err;
+        x->stats.direct_bytes += n;
+    } else {
+        if (load_window(x, q))
+            return -x->err;
+        n = TBRT_MIN(n, (size_t)(q->wend - q->off));
+        memcpy(dst, window_of(x, q), n);
+    }
+    return direct_consume(x, q, n) ? -x->err : (intptr_t)n;
+}
+
+intptr_t direct_view(struct xport *x, struct link_inq *q, const uint8_t **out)
+{
+    if (q->off >= q->wend && load_window(x, q))
+        return -x->err;
+    *out = window_of(x, q) + (q->off - q->wbeg);
+    return (intptr_t)(q->wend - q->off);
+}
