@@ -31,9 +31,11 @@ local function move(a, b, p, n, dst, timeout)
 end
 
 describe("direct transfers", function()
-  it("a large send from registered memory is read straight into the reader's registered buffer",
+  for _, wire in ipairs({ "shm", "udp" }) do
+  it("a large send from registered memory is read straight into the reader's registered buffer ("
+    .. wire .. " wire)",
     L.async(function()
-      local a, b = L.pair(RC)
+      local a, b = L.pair({ device = "soft", personality = "linux-rc", wire = wire })
       local n = 3 * 2 ^ 20 + 12345
       local src, dst = L.pattern(n, 7), ffi.new("uint8_t[?]", n)
       assert(a:register(src, n)) ; assert(b:register(dst, n))
@@ -52,6 +54,7 @@ describe("direct transfers", function()
       assert.equal(1, b:stats().direct_sends) ; assert.equal(1, a:stats().direct_recvs)
       a:close() ; b:close()
     end))
+  end
 
   it("keeps the stream's order around direct sends, small sends and sends below 32 KiB",
     L.async(function()
@@ -152,6 +155,51 @@ describe("direct transfers", function()
       assert.is_nil(ok) ; assert.matches("^ENOSPC: .*8 regions", err)
       assert.has_error(function() a:register("a string", 8) end, "register: buf must be a cdata buffer, got string")
       assert.has_error(function() a:register(src, 0) end)
+      a:close() ; b:close()
+    end))
+
+  it("a recv whose READ is in flight returns EAGAIN and goes on in the next, also into another buffer",
+    L.async(function()
+      -- the UDP wire answers a READ only when the lender's side polls: here
+      -- both ends are this thread, so the first recv finds it in flight
+      local a, b = L.pair({ device = "soft", personality = "linux-rc", wire = "udp" })
+      local n = 256 * 1024
+      local src, dst1, dst2 = L.pattern(n, 6), ffi.new("uint8_t[?]", n), ffi.new("uint8_t[?]", n)
+      assert(a:register(src, n)) ; assert(b:register(dst1, n))
+      assert.equal(EAGAIN, tonumber(C.tbrt_link_send(a._l, src, n)))
+      local deadline = os.time() + 10
+      while C.tbrt_link_readable(b._l) == 0 and os.time() < deadline do   -- the offer
+        C.tbrt_link_progress(a._l) ; C.tbrt_link_progress(b._l)
+      end
+      assert.equal(n, tonumber(C.tbrt_link_readable(b._l)))
+      local r = tonumber(C.tbrt_link_recv(b._l, dst1, n))
+      assert.equal(EAGAIN, r)
+      assert.equal(0, tonumber(C.tbrt_link_readable(b._l)))
+      -- the buffer a READ lands in cannot be unregistered meanwhile
+      local ok, err = b:unregister(dst1)
+      assert.is_nil(ok) ; assert.matches("^EBUSY: ", err)
+      -- the lender answers; the reader comes back with an unregistered buffer
+      deadline = os.time() + 10
+      while C.tbrt_link_readable(b._l) == 0 and os.time() < deadline do
+        C.tbrt_link_progress(a._l) ; C.tbrt_link_progress(b._l)
+      end
+      assert.is_true(tonumber(C.tbrt_link_readable(b._l)) > 0)
+      local got = 0
+      while got < n and os.time() < deadline do
+        C.tbrt_link_progress(a._l)
+        local k = tonumber(C.tbrt_link_recv(b._l, dst2 + got, n - got))
+        if k > 0 then got = got + k elseif k ~= EAGAIN then error(ffi.string(C.tbrt_link_why(b._l))) end
+      end
+      assert.equal(n, got)
+      assert.is_nil(L.check(dst2, n, 6))
+      assert(b:unregister(dst1))
+      -- and the lender's send completes
+      r, deadline = EAGAIN, os.time() + 10
+      while r == EAGAIN and os.time() < deadline do
+        C.tbrt_link_progress(b._l) ; C.tbrt_link_progress(a._l)
+        r = tonumber(C.tbrt_link_send(a._l, src, n))
+      end
+      assert.equal(n, r)
       a:close() ; b:close()
     end))
 

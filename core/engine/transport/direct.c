@@ -18,7 +18,13 @@
  * length is bounded (DIRECT_MAX), one offer at a time, and a done must name
  * the length that was lent. Control frames go inline from the stack; the QP
  * has DIRECT_CTL_MAX send slots for them and the reads beyond its strides.
- * Every wait here is bounded by the link's timeout. */
+ *
+ * Nothing here waits for the peer: a READ in flight makes recv return
+ * -EAGAIN (and readable() 0), so the caller waits as for any arrival, other
+ * tasks of its thread run meanwhile (the lender among them, whose software
+ * device answers the READ), and the next recv goes on where it was. Only a
+ * control frame that finds every slot taken polls for one, bounded by the
+ * link's timeout. */
 #include <endian.h>
 #include <errno.h>
 #include <stdio.h>
@@ -29,6 +35,7 @@
 #include "util/util.h"
 
 enum { WR_READ = 1, WR_CTL = 2 };
+bool direct_reading(const struct xport *x, const void *addr, size_t len);
 /* a receive smaller than this reads through the window even into registered
  * memory: a READ of its own would cost more than the copy */
 #define DIRECT_READ_MIN 4096
@@ -81,7 +88,7 @@ int direct_mem_dereg(struct xport *x, void *addr)
         struct xport_umr *u = &x->umr[i];
         if (u->addr != addr)
             continue;
-        if (direct_lent(x, u->addr, u->len))
+        if (direct_lent(x, u->addr, u->len) || direct_reading(x, u->addr, u->len))
             return -EBUSY;
         int rc = tbrt_mr_dereg(u->mr);
         if (rc)
@@ -105,12 +112,12 @@ void direct_teardown(struct xport *x)
     x->umr_n = 0;
 }
 
-/* Poll until fewer than lim reads and control frames are in flight (lim 1:
- * none), within the link's timeout. */
-static int ctl_wait(struct xport *x, uint32_t lim, const char *what, uint32_t n, uint32_t off)
+/* Poll until a control frame has a slot (fewer than DIRECT_CTL_MAX reads
+ * and control frames in flight), within the link's timeout. */
+static int ctl_room(struct xport *x, const char *what)
 {
     double deadline = 0;
-    for (uint32_t spins = 0; x->dctl_inflight >= lim; spins++) {
+    for (uint32_t spins = 0; x->dctl_inflight >= DIRECT_CTL_MAX; spins++) {
         int rc = rdma_poll(x);
         if (rc < 0)
             return rc;
@@ -119,9 +126,9 @@ static int ctl_wait(struct xport *x, uint32_t lim, const char *what, uint32_t n,
             if (deadline == 0)
                 deadline = t + x->opts->timeout;
             else if (t > deadline)
-                return xport_fail(x, ETIMEDOUT, "%s of %u bytes at offset %u of the peer's "
-                                  "direct offer: not complete within %.3g s", what, n, off,
-                                  x->opts->timeout);
+                return xport_fail(x, ETIMEDOUT, "no room for a direct %s frame within %.3g s: "
+                                  "%u reads and control frames still in flight", what,
+                                  x->opts->timeout, x->dctl_inflight);
         }
     }
     return 0;
@@ -130,7 +137,7 @@ static int ctl_wait(struct xport *x, uint32_t lim, const char *what, uint32_t n,
 /* An offer or a done: one inline SEND of header and payload. */
 static int post_ctl(struct xport *x, uint32_t magic, const void *payload, uint32_t len)
 {
-    int rc = ctl_wait(x, DIRECT_CTL_MAX - 1, "room for a control frame", len, 0);
+    int rc = ctl_room(x, magic == FRAME_OFFER_MAGIC ? "offer" : "done");
     if (rc)
         return rc;
     uint8_t f[TBRT_STRIDE_HDR + FRAME_OFFER_LEN];
@@ -262,52 +269,20 @@ int direct_completion(struct xport *x, const struct ibv_wc *wc)
         return xport_fail(x, EPROTO, "a direct completion (wr_id 0x%llx), none in flight",
                           (unsigned long long)wc->wr_id);
     x->dctl_inflight--;
-    if ((wc->wr_id & 3) == WR_READ)
-        x->dread_busy = false;
-    return 0;
-}
-
-/* n bytes at off of the peer's offer into dst, and wait for them. */
-static int direct_read(struct xport *x, uint8_t *dst, uint32_t lkey, uint32_t off, uint32_t n)
-{
-    while (n) {
-        uint32_t m = x->max_msg && n > x->max_msg ? x->max_msg : n;
-        int rc = ctl_wait(x, DIRECT_CTL_MAX, "room for a read", m, off);
-        if (rc)
-            return rc;
-        struct ibv_sge sge = {.addr = (uintptr_t)dst, .length = m, .lkey = lkey};
-        struct ibv_send_wr wr = {.wr_id = RDMA_DIRECT_TAG | WR_READ, .sg_list = &sge,
-                                 .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
-                                 .send_flags = IBV_SEND_SIGNALED};
-        wr.wr.rdma.remote_addr = x->doffer.addr + off;
-        wr.wr.rdma.rkey = x->doffer.rkey;
-        rc = tbrt_post_send(x->qp, &wr, NULL);
-        if (rc)
-            return xport_fail(x, -rc, "post_send direct read of %u bytes: %s", m,
-                              tbrt_dev_why(x->dev));
-        x->dctl_inflight++;
-        x->dread_busy = true;
-        /* the read is ours to wait for: the caller's buffer is lent to the
-         * device only inside this call */
-        double deadline = 0;
-        for (uint32_t spins = 0; x->dread_busy; spins++) {
-            rc = rdma_poll(x);
-            if (rc < 0)
-                return rc;
-            if (rc == 0 && (spins & 63) == 63) {
-                double t = now_s();
-                if (deadline == 0)
-                    deadline = t + x->opts->timeout;
-                else if (t > deadline)
-                    return xport_fail(x, ETIMEDOUT, "direct read of %u bytes at offset %u of "
-                                      "the peer's offer: not complete within %.3g s", m, off,
-                                      x->opts->timeout);
-            }
+    if ((wc->wr_id & 3) == WR_READ) {
+        if (!x->dread.busy || !x->inq_count || !x->inq[x->inq_head].direct)
+            return xport_fail(x, EPROTO, "a direct read completion, no read in flight");
+        x->dread.busy = false;
+        if (x->dread.window) {
+            struct link_inq *q = &x->inq[x->inq_head];
+            q->wbeg = x->dread.off;
+            q->wend = x->dread.off + x->dread.n;
+        } else {
+            x->dread.done = true;   /* in the caller's memory, from dread.off on */
+            x->stats.direct_bytes += x->dread.n;
         }
-        dst += m;
-        off += m;
-        n -= m;
     }
+    x->dwait = x->dread.busy;       /* a slot came free too */
     return 0;
 }
 
@@ -316,19 +291,61 @@ static uint8_t *window_of(struct xport *x, const struct link_inq *q)
     return x->recv_mem + (size_t)q->buf * x->stride + TBRT_STRIDE_HDR;
 }
 
-/* The next stride payload of the offer into its stride. */
-static int load_window(struct xport *x, struct link_inq *q)
+/* Post a READ of n bytes at off of the peer's offer into dst, and poll once
+ * (a software device may have done it at post): 0 when it is done, -EAGAIN
+ * while it is in flight (the reader waits as for any arrival: readable()
+ * says 0 meanwhile), or the error. */
+static int post_read(struct xport *x, uint8_t *dst, uint32_t lkey, uint32_t off, uint32_t n,
+                     bool window)
 {
-    uint32_t m = TBRT_MIN(q->len - q->off, x->payload);
-    if (direct_read(x, window_of(x, q), x->recv_mr->lkey, q->off, m))
-        return -x->err;
-    q->wbeg = q->off;
-    q->wend = q->off + m;
-    return 0;
+    if (x->dctl_inflight >= DIRECT_CTL_MAX) {
+        x->dwait = true;        /* until a completion frees a slot */
+        return -EAGAIN;
+    }
+    struct ibv_sge sge = {.addr = (uintptr_t)dst, .length = n, .lkey = lkey};
+    struct ibv_send_wr wr = {.wr_id = RDMA_DIRECT_TAG | WR_READ, .sg_list = &sge, .num_sge = 1,
+                             .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED};
+    wr.wr.rdma.remote_addr = x->doffer.addr + off;
+    wr.wr.rdma.rkey = x->doffer.rkey;
+    int rc = tbrt_post_send(x->qp, &wr, NULL);
+    if (rc)
+        return xport_fail(x, -rc, "post_send direct read of %u bytes at offset %u of the peer's "
+                          "offer: %s", n, off, tbrt_dev_why(x->dev));
+    x->dctl_inflight++;
+    x->dread.dst = dst;
+    x->dread.off = off;
+    x->dread.n = n;
+    x->dread.busy = true;
+    x->dread.done = false;
+    x->dread.window = window;
+    x->dwait = true;
+    rc = rdma_poll(x);
+    if (rc < 0)
+        return rc;
+    return x->dread.busy ? -EAGAIN : 0;
+}
+
+/* Unread bytes of the offer that are here now: read into the caller's
+ * memory (a recv that came back), or in the window. */
+static uint32_t here(const struct xport *x, const struct link_inq *q)
+{
+    if (x->dread.done)
+        return x->dread.n;
+    return q->off < q->wend ? q->wend - q->off : 0;
+}
+
+static const uint8_t *here_at(struct xport *x, const struct link_inq *q)
+{
+    return x->dread.done ? x->dread.dst : window_of(x, q) + (q->off - q->wbeg);
 }
 
 int direct_consume(struct xport *x, struct link_inq *q, size_t n)
 {
+    if (x->dread.done) {
+        x->dread.dst += n;
+        x->dread.n -= (uint32_t)n;
+        x->dread.done = x->dread.n > 0;
+    }
     if (q->off + n == q->len) {
         uint32_t v = htole32(q->len);
         if (post_ctl(x, FRAME_DONE_MAGIC, &v, sizeof v))
@@ -339,30 +356,58 @@ int direct_consume(struct xport *x, struct link_inq *q, size_t n)
     return rdma_consume(x, q, n);
 }
 
+/* Bytes of the offer at the head of the stream for a recv into dst:
+ * straight into dst when it is registered memory, else through the window.
+ * A READ in flight keeps its place across calls; should the caller come
+ * back with another buffer, what landed in the first (registered memory,
+ * still ours to read) is copied over. */
 intptr_t direct_recv(struct xport *x, struct link_inq *q, uint8_t *dst, size_t want)
 {
-    size_t n = TBRT_MIN(want, (size_t)(q->len - q->off));
-    struct xport_umr *u;
-    if (q->off < q->wend) {
-        n = TBRT_MIN(n, (size_t)(q->wend - q->off));
-        memcpy(dst, window_of(x, q) + (q->off - q->wbeg), n);
-    } else if (n >= DIRECT_READ_MIN && (u = umr_find(x, dst, n)) != NULL) {
-        if (direct_read(x, dst, u->mr->lkey, q->off, (uint32_t)n))
-            return -x->err;
-        x->stats.direct_bytes += n;
-    } else {
-        if (load_window(x, q))
-            return -x->err;
-        n = TBRT_MIN(n, (size_t)(q->wend - q->off));
-        memcpy(dst, window_of(x, q), n);
+    for (;;) {
+        if (x->dread.busy)
+            return -EAGAIN;
+        uint32_t h = here(x, q);
+        if (h) {
+            size_t n = TBRT_MIN(want, (size_t)h);
+            const uint8_t *from = here_at(x, q);
+            if (from != dst)
+                memmove(dst, from, n);
+            return direct_consume(x, q, n) ? -x->err : (intptr_t)n;
+        }
+        size_t n = TBRT_MIN(want, (size_t)(q->len - q->off));
+        uint32_t m = (uint32_t)(x->max_msg && n > x->max_msg ? x->max_msg : n);
+        struct xport_umr *u;
+        int rc = m >= DIRECT_READ_MIN && (u = umr_find(x, dst, m)) != NULL
+                     ? post_read(x, dst, u->mr->lkey, q->off, m, false)
+                     : post_read(x, window_of(x, q), x->recv_mr->lkey, q->off,
+                                 TBRT_MIN(q->len - q->off, x->payload), true);
+        if (rc)
+            return rc;
     }
-    return direct_consume(x, q, n) ? -x->err : (intptr_t)n;
 }
 
 intptr_t direct_view(struct xport *x, struct link_inq *q, const uint8_t **out)
 {
-    if (q->off >= q->wend && load_window(x, q))
-        return -x->err;
-    *out = window_of(x, q) + (q->off - q->wbeg);
-    return (intptr_t)(q->wend - q->off);
+    for (;;) {
+        if (x->dread.busy)
+            return -EAGAIN;
+        uint32_t h = here(x, q);
+        if (h) {
+            *out = here_at(x, q);
+            return (intptr_t)h;
+        }
+        int rc = post_read(x, window_of(x, q), x->recv_mr->lkey, q->off,
+                           TBRT_MIN(q->len - q->off, x->payload), true);
+        if (rc)
+            return rc;
+    }
+}
+
+uint32_t direct_here(const struct xport *x, const struct link_inq *q) { return here(x, q); }
+
+bool direct_reading(const struct xport *x, const void *addr, size_t len)
+{
+    const uint8_t *a = addr, *d = x->dread.dst;
+    return (x->dread.busy || x->dread.done) && !x->dread.window && d < a + len &&
+           a < d + x->dread.n;
 }

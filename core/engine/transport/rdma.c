@@ -432,7 +432,7 @@ int rdma_poll(struct xport *x)
             return xport_fail(x, wc[i].status == IBV_WC_RETRY_EXC_ERR ? ECONNRESET : EIO,
                              "%s completion: %s%s%s",
                              is_recv ? "recv" : wc[i].wr_id & RDMA_DIRECT_TAG
-                                 ? (wc[i].opcode == IBV_WC_RDMA_READ || x->dread_busy
+                                 ? (wc[i].opcode == IBV_WC_RDMA_READ || x->dread.busy
                                         ? "direct read" : "direct control send")
                                  : "send",
                              wc_status_text(wc[i].status), v[0] ? ": " : "", v);
@@ -594,6 +594,8 @@ intptr_t rdma_recv(struct xport *x, void *buf, size_t len)
         struct link_inq *q = &x->inq[x->inq_head];
         if (q->direct) {
             intptr_t r = direct_recv(x, q, p + done, len - done);
+            if (r == -EAGAIN && done)
+                break;          /* a READ in flight: what came before it now */
             if (r < 0)
                 return r;
             done += (size_t)r;
@@ -642,7 +644,7 @@ intptr_t rdma_recv_view(struct xport *x, const uint8_t **out)
 int rdma_release(struct xport *x, size_t n)
 {
     struct link_inq *q = x->inq_count ? &x->inq[x->inq_head] : NULL;
-    if (!q || n > (q->direct ? q->wend : q->len) - q->off)
+    if (!q || n > (q->direct ? direct_here(x, q) : q->len - q->off))
         return xport_fail(x, EPROTO, "release: %zu bytes beyond the oldest stride", n);
     return q->direct ? direct_consume(x, q, n) : rdma_consume(x, q, n);
 }
@@ -677,7 +679,8 @@ static bool rdma_writable(struct xport *x)
     return x->pend_buf >= 0 || x->send_count + x->inline_count < x->nbuf;
 }
 
-size_t rdma_readable(struct xport *x) { return x->inq_bytes; }
+/* 0 while a direct offer's READ is in flight (direct.c): nothing to take yet */
+size_t rdma_readable(struct xport *x) { return x->dwait ? 0 : x->inq_bytes; }
 
 static bool rdma_idle(struct xport *x) { return x->send_count + x->inline_count == 0; }
 

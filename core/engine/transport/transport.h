@@ -164,8 +164,16 @@ struct xport {
         uint32_t rkey;
         bool pending;
     } doffer;
+    /* the reader's one READ: in flight (busy), or done into the caller's
+     * memory and not yet all taken (done: dst/n are what is left), or into
+     * the offer's stride (window) */
+    struct {
+        uint8_t *dst;
+        uint32_t off, n;
+        bool busy, done, window;
+    } dread;
+    bool dwait;                 /* the reader waits for a READ or a slot: not readable */
     uint32_t dctl_inflight;
-    bool dread_busy;
 
     /* tcp */
     uint8_t *tcp_buf;
@@ -213,7 +221,7 @@ int rdma_consume(struct xport *x, struct link_inq *q, size_t n);
 enum {
     DIRECT_MIN = 32 * 1024,     /* a send this large from registered memory is offered */
     DIRECT_MAX = 1u << 30,      /* bytes in one offer: a larger send is taken in parts */
-    DIRECT_CTL_MAX = 4,         /* reads and control frames in flight, at most */
+    DIRECT_CTL_MAX = 8,         /* reads and control frames in flight, at most */
 };
 bool direct_setup(struct xport *x);
 int direct_mem_reg(struct xport *x, void *addr, size_t len);
@@ -226,6 +234,7 @@ int direct_completion(struct xport *x, const struct ibv_wc *wc);
 intptr_t direct_recv(struct xport *x, struct link_inq *q, uint8_t *dst, size_t want);
 intptr_t direct_view(struct xport *x, struct link_inq *q, const uint8_t **out);
 int direct_consume(struct xport *x, struct link_inq *q, size_t n);
+uint32_t direct_here(const struct xport *x, const struct link_inq *q);
 void direct_teardown(struct xport *x);
 int direct_stray_done(struct xport *x);   /* test hook (tbrt_link_inject) */
 
