@@ -263,8 +263,8 @@ describe("ibverbs device", function()
           "create_cq: ibv_create_comp_channel: Too many open files" },
         { "ibv_create_cq:ENOMEM", "probe: create_cq: softib0: create_cq (40 entries): Cannot " ..
           "allocate memory" },
-        -- 16 strides and 4 more sends: direct transfers' reads and control frames
-        { "ibv_create_qp:EINVAL", "softib0: create_qp RC (send 20 x 1 sge, recv 16 x 1 sge): " ..
+        -- 16 strides and 8 more sends: direct transfers' reads and control frames
+        { "ibv_create_qp:EINVAL", "softib0: create_qp RC (send 24 x 1 sge, recv 16 x 1 sge): " ..
           "Invalid argument" },
         { "ibv_reg_mr:EPERM", "EPERM: link 1: probe: reg_mr send ring: softib0: reg_mr: " ..
           "Operation not permitted (2097152 bytes at 0x" },
@@ -338,7 +338,7 @@ describe("ibverbs device", function()
       -- TBRT_DEBUG shows the soft device's reason)
       local res, r = child({ "list" }, { TBRT_IBVERBS_LIB = OURS,
         TBRT_VERBS_PERSONALITY = "apple-uc", TBRT_DEBUG = "1" })
-      contains(res.probe, "EOPNOTSUPP: link 1: probe: create_qp: softib0: create_qp RC (send 20 " ..
+      contains(res.probe, "EOPNOTSUPP: link 1: probe: create_qp: softib0: create_qp RC (send 24 " ..
         "x 1 sge, recv 16 x 1 sge): Operation not supported")
       contains(r.stderr, "tbrt verbs: ibv_create_qp: EOPNOTSUPP: soft0 (apple-uc): " ..
         "create_qp: RC queue pairs are not supported")
