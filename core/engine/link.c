@@ -466,7 +466,7 @@ int tbrt_link_mem_dereg(tbrt_link *l, void *addr)
                          "with this link", addr);
     if (rc == -EBUSY)
         return link_note(l, EBUSY, "mem_dereg: %p holds a send lent to the peer (not read "
-                         "yet)", addr);
+                         "yet), or a READ of the peer's offer that a recv has not taken", addr);
     if (rc)
         return link_note(l, -rc, "mem_dereg: %p: %s", addr, tbrt_dev_why(l->x.dev));
     return 0;

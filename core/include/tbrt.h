@@ -448,11 +448,16 @@ int tbrt_link_progress(tbrt_link *l);
  * to the peer until then: call send again with the same buffer (send_all
  * does) and change nothing in it; another buffer gets -EBUSY. Up to 8
  * regions per link; on a soft device registering moves the pages into
- * shared memory (a copy), so register once and reuse. Over tcp and
- * llama.cpp's framings this does nothing and returns 0. 0 or -errno
- * (-EEXIST, -ENOSPC, the device's error, with tbrt_link_why). */
+ * shared memory (a copy), so register once and reuse. A recv that meets an
+ * offer returns -EAGAIN while its READ is in flight (readable is 0 then);
+ * the next recv goes on. Direct transfers need RC, tbrt's variable framing
+ * and a device that posts READs (not tbrt's mlx5 driver yet): elsewhere
+ * sends stay on the link's own path, and over tcp and llama-linux this
+ * does nothing and returns 0. 0 or -errno (-EEXIST, -ENOSPC, the device's
+ * error, with tbrt_link_why). */
 int tbrt_link_mem_reg(tbrt_link *l, void *addr, size_t len);
-/* Undo it (the address given to mem_reg): -ENOENT, or -EBUSY while lent. */
+/* Undo it (the address given to mem_reg): -ENOENT, or -EBUSY while a send
+ * from it is lent or a READ into it is not yet taken by a recv. */
 int tbrt_link_mem_dereg(tbrt_link *l, void *addr);
 
 /* Blocking variants, each bounded by timeout seconds (< 0: opts.timeout). */

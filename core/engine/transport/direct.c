@@ -35,7 +35,6 @@
 #include "util/util.h"
 
 enum { WR_READ = 1, WR_CTL = 2 };
-bool direct_reading(const struct xport *x, const void *addr, size_t len);
 /* a receive smaller than this reads through the window even into registered
  * memory: a READ of its own would cost more than the copy */
 #define DIRECT_READ_MIN 4096

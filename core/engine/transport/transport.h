@@ -227,6 +227,8 @@ bool direct_setup(struct xport *x);
 int direct_mem_reg(struct xport *x, void *addr, size_t len);
 int direct_mem_dereg(struct xport *x, void *addr);
 bool direct_lent(const struct xport *x, const void *addr, size_t len);
+/* a READ of the peer's offer lands (or landed, not yet taken) in this range */
+bool direct_reading(const struct xport *x, const void *addr, size_t len);
 intptr_t direct_send(struct xport *x, const void *buf, size_t len);
 int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *payload,
                  uint32_t len);
