@@ -75,10 +75,19 @@ int direct_mem_reg(struct xport *x, void *addr, size_t len)
     return 0;
 }
 
-bool direct_lent(const struct xport *x, const void *addr, size_t len)
+/* A send of ours lent to the peer lies in this range. */
+static bool direct_lent(const struct xport *x, const void *addr, size_t len)
 {
     const uint8_t *a = addr, *b = x->dsend.buf;
     return x->dsend.active && b < a + len && a < b + x->dsend.len;
+}
+
+/* A READ of the peer's offer lands (or landed, not yet taken) in this range. */
+static bool direct_reading(const struct xport *x, const void *addr, size_t len)
+{
+    const uint8_t *a = addr, *d = x->dread.dst;
+    return (x->dread.busy || x->dread.done) && !x->dread.window && d < a + len &&
+           a < d + x->dread.n;
 }
 
 int direct_mem_dereg(struct xport *x, void *addr)
@@ -262,6 +271,11 @@ int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *p
     return 0;
 }
 
+const char *direct_wr_what(uint64_t wr_id)
+{
+    return (wr_id & 3) == WR_READ ? "direct read" : "direct control send";
+}
+
 int direct_completion(struct xport *x, const struct ibv_wc *wc)
 {
     if (!x->dctl_inflight)
@@ -403,10 +417,3 @@ intptr_t direct_view(struct xport *x, struct link_inq *q, const uint8_t **out)
 }
 
 uint32_t direct_here(const struct xport *x, const struct link_inq *q) { return here(x, q); }
-
-bool direct_reading(const struct xport *x, const void *addr, size_t len)
-{
-    const uint8_t *a = addr, *d = x->dread.dst;
-    return (x->dread.busy || x->dread.done) && !x->dread.window && d < a + len &&
-           a < d + x->dread.n;
-}

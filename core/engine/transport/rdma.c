@@ -317,42 +317,43 @@ static int64_t tbrt_frame(struct xport *x, const uint8_t *at, const struct ibv_w
     uint32_t magic, len, seq, check;
     frame_hdr_read(at, &magic, &len, &seq, &check);
     *kind = magic;
-    if ((magic == FRAME_OFFER_MAGIC || magic == FRAME_DONE_MAGIC) &&
-        check == (uint32_t) ~(magic ^ len ^ seq)) {
-        /* direct.c says whether this link takes them and checks the rest */
+    /* a direct transfer's offer or done: direct.c says whether this link
+     * takes them and checks the rest */
+    bool ctl = magic != TBRT_SEG_MAGIC &&
+               (magic == FRAME_OFFER_MAGIC || magic == FRAME_DONE_MAGIC) &&
+               check == (uint32_t) ~(magic ^ len ^ seq);
+    if (ctl) {
         if (wc->byte_len != TBRT_STRIDE_HDR + len)
             return xport_fail(x, EPROTO, "recv: a direct %s frame of length %u but the SEND "
                               "carried %u bytes", magic == FRAME_OFFER_MAGIC ? "offer" : "done",
                               len, wc->byte_len), -1;
-        if (seq != x->recv_seq)
-            return xport_fail(x, EPROTO, "recv: frame seq %u != expected %u (a frame was %s on "
-                              "the wire)", seq, x->recv_seq,
-                              seq > x->recv_seq ? "dropped" : "repeated"), -1;
-        x->recv_seq++;
-        return len;
+    } else {
+        if (magic == TBRT_LLAMA_SEG_MAGIC)
+            return wrong_wire(x, WIRE_LLAMA_APPLE, "recv: a frame with llama.cpp's RSEG magic"),
+                   -1;
+        if (magic != TBRT_SEG_MAGIC) {
+            if (x->flavor == TBRT_FLAVOR_LINUX)
+                return xport_fail(x, EPROTO, "recv: frame magic 0x%x != TBRT (stream desynced; "
+                                  "or a peer in llama-linux framing, which sends no header: "
+                                  "open the link with framing = 'llama-linux' if so)", magic),
+                       -1;
+            return xport_fail(x, EPROTO, "recv: frame magic 0x%x != TBRT (stream desynced)",
+                              magic), -1;
+        }
+        if (check != (uint32_t) ~(magic ^ len ^ seq))
+            return xport_fail(x, EPROTO, "recv: frame header check 0x%x != 0x%x (corrupted "
+                              "header)", check, (uint32_t) ~(magic ^ len ^ seq)), -1;
+        if (len > x->payload)
+            return xport_fail(x, EPROTO, "recv: frame length %u exceeds the stride payload %u",
+                              len, x->payload), -1;
+        if (x->framing == TBRT_FRAMING_FIXED ? wc->byte_len != x->stride
+                                             : wc->byte_len != TBRT_STRIDE_HDR + len)
+            return xport_fail(x, EPROTO, "recv: frame length %u but the SEND carried %u bytes "
+                              "(%s framing expects %u; do both sides use the same framing?)",
+                              len, wc->byte_len, framing_name(x->framing),
+                              x->framing == TBRT_FRAMING_FIXED ? x->stride
+                                                               : TBRT_STRIDE_HDR + len), -1;
     }
-    if (magic == TBRT_LLAMA_SEG_MAGIC)
-        return wrong_wire(x, WIRE_LLAMA_APPLE, "recv: a frame with llama.cpp's RSEG magic"), -1;
-    if (magic != TBRT_SEG_MAGIC) {
-        if (x->flavor == TBRT_FLAVOR_LINUX)
-            return xport_fail(x, EPROTO, "recv: frame magic 0x%x != TBRT (stream desynced; or "
-                             "a peer in llama-linux framing, which sends no header: open the "
-                             "link with framing = 'llama-linux' if so)", magic), -1;
-        return xport_fail(x, EPROTO, "recv: frame magic 0x%x != TBRT (stream desynced)", magic),
-               -1;
-    }
-    if (check != (uint32_t) ~(magic ^ len ^ seq))
-        return xport_fail(x, EPROTO, "recv: frame header check 0x%x != 0x%x (corrupted header)",
-                         check, (uint32_t) ~(magic ^ len ^ seq)), -1;
-    if (len > x->payload)
-        return xport_fail(x, EPROTO, "recv: frame length %u exceeds the stride payload %u",
-                         len, x->payload), -1;
-    if (x->framing == TBRT_FRAMING_FIXED ? wc->byte_len != x->stride
-                                         : wc->byte_len != TBRT_STRIDE_HDR + len)
-        return xport_fail(x, EPROTO, "recv: frame length %u but the SEND carried %u bytes "
-                         "(%s framing expects %u; do both sides use the same framing?)",
-                         len, wc->byte_len, framing_name(x->framing),
-                         x->framing == TBRT_FRAMING_FIXED ? x->stride : TBRT_STRIDE_HDR + len), -1;
     if (seq != x->recv_seq)
         return xport_fail(x, EPROTO, "recv: frame seq %u != expected %u (a frame was %s on the "
                          "wire)", seq, x->recv_seq, seq > x->recv_seq ? "dropped" : "repeated"),
@@ -393,16 +394,13 @@ static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
     if (got < 0)
         return -x->err;
     uint32_t len = (uint32_t)got;
-    if (kind != TBRT_SEG_MAGIC) {
-        x->recv_posted--;
-        x->stats.frames_recv++;
+    x->recv_posted--;
+    x->stats.frames_recv++;
+    if (kind != TBRT_SEG_MAGIC)
         return direct_frame(x, kind, buf, at + TBRT_STRIDE_HDR, len);
-    }
     if (DBG_ON(DBG_FRAME))
         dbg_frame(x, "frame in", buf, x->framing == TBRT_FRAMING_LLAMA_APPLE ? 0 : x->recv_seq - 1,
                   len, wc->byte_len, &x->dbg_last_in);
-    x->recv_posted--;
-    x->stats.frames_recv++;
     if (len == 0)               /* nothing to read: back to the device */
         return rdma_give_back(x, buf) ? -x->err : 0;
     struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count, x->nbuf)];
@@ -431,10 +429,9 @@ int rdma_poll(struct xport *x)
                 v = tbrt_dev_why(x->dev);
             return xport_fail(x, wc[i].status == IBV_WC_RETRY_EXC_ERR ? ECONNRESET : EIO,
                              "%s completion: %s%s%s",
-                             is_recv ? "recv" : wc[i].wr_id & RDMA_DIRECT_TAG
-                                 ? (wc[i].opcode == IBV_WC_RDMA_READ || x->dread.busy
-                                        ? "direct read" : "direct control send")
-                                 : "send",
+                             is_recv                            ? "recv"
+                             : wc[i].wr_id & RDMA_DIRECT_TAG ? direct_wr_what(wc[i].wr_id)
+                                                             : "send",
                              wc_status_text(wc[i].status), v[0] ? ": " : "", v);
         }
         if (is_recv) {

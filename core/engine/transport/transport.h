@@ -226,13 +226,11 @@ enum {
 bool direct_setup(struct xport *x);
 int direct_mem_reg(struct xport *x, void *addr, size_t len);
 int direct_mem_dereg(struct xport *x, void *addr);
-bool direct_lent(const struct xport *x, const void *addr, size_t len);
-/* a READ of the peer's offer lands (or landed, not yet taken) in this range */
-bool direct_reading(const struct xport *x, const void *addr, size_t len);
 intptr_t direct_send(struct xport *x, const void *buf, size_t len);
 int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *payload,
                  uint32_t len);
 int direct_completion(struct xport *x, const struct ibv_wc *wc);
+const char *direct_wr_what(uint64_t wr_id);    /* "direct read", ... (error messages) */
 intptr_t direct_recv(struct xport *x, struct link_inq *q, uint8_t *dst, size_t want);
 intptr_t direct_view(struct xport *x, struct link_inq *q, const uint8_t **out);
 int direct_consume(struct xport *x, struct link_inq *q, size_t n);
