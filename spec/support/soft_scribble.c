@@ -12,7 +12,8 @@
  *   qp.<f>          the QP's shared block: see qp_fields[]
  *   copy.<f>        its shared copy's job: claim done src_key dst_key src_addr dst_addr len
  *                   read
- *   rqe.<i>.<f>     receive slot i: seq num_sge total sge0.addr sge0.length sge0.lkey
+ *   rqe.<i>.<f>     receive slot i: seq num_sge total sge0.addr sge0.length sge0.lkey;
+ *                   rqe.<i>.res.<f> its result line: seq byte_len status data_len
  *   swr.<i>.<f>     send slot i: num_sge total opcode send_flags sge0.length ...
  *   mr.<key>.<f>    the owner's MR table entry of key: addr length fd_off memfd access
  *   take-piece      not a field: wait up to VALUE ms for a shared copy's job in the
@@ -66,10 +67,12 @@ static const struct field rqe_fields[] = {
     F(struct shm_rqe, seq), F(struct shm_rqe, num_sge), F(struct shm_rqe, total),
     FN("sge0.addr", struct shm_rqe, sge[0].addr),
     FN("sge0.length", struct shm_rqe, sge[0].length),
-    FN("sge0.lkey", struct shm_rqe, sge[0].lkey),
-    FN("res.byte_len", struct shm_rqe, res.byte_len),
-    FN("res.status", struct shm_rqe, res.status),
-    FN("res.data_len", struct shm_rqe, res.data_len), {0}};
+    FN("sge0.lkey", struct shm_rqe, sge[0].lkey), {0}};
+/* rqe.<i>.res.<f>: receive slot i's result line */
+static const struct field rres_fields[] = {
+    F(struct shm_rres, seq), FN("byte_len", struct shm_rres, res.byte_len),
+    FN("status", struct shm_rres, res.status), FN("data_len", struct shm_rres, res.data_len),
+    {0}};
 static const struct field swr_fields[] = {
     F(struct shm_swr, opcode), F(struct shm_swr, send_flags), F(struct shm_swr, num_sge),
     F(struct shm_swr, total), F(struct shm_swr, rkey), F(struct shm_swr, next_try_ns),
@@ -203,7 +206,11 @@ int main(int argc, char **argv)
     } else if (strncmp(field, "copy.", 5) == 0) {
         put(copy, find(copy_fields, field + 5), value);
     } else if (sscanf(field, "rqe.%lu.%63s", &idx, name) == 2) {
-        put(&q->rq[idx % q->rq_cap], find(rqe_fields, name), value);
+        if (strncmp(name, "res.", 4) == 0)
+            put(&shm_rres_of(q->rq, q->rq_cap)[idx % q->rq_cap], find(rres_fields, name + 4),
+                value);
+        else
+            put(&q->rq[idx % q->rq_cap], find(rqe_fields, name), value);
     } else if (sscanf(field, "swr.%lu.%63s", &idx, name) == 2) {
         struct shm_swr *sq = (struct shm_swr *)((char *)q + shm_sq_offset(q->rq_cap));
         put(&sq[idx % q->sq_cap], find(swr_fields, name), value);

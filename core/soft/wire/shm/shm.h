@@ -68,9 +68,10 @@
 #include "soft/wire/alarm.h"
 
 #define SHM_CTX_MAGIC 0x54464f5354524254ull /* "TBRTSOFT" */
-#define SHM_CTX_VERSION 6         /* 3: one-line receive results, WQE-shaped sends; 4: SRQs,
+#define SHM_CTX_VERSION 7         /* 3: one-line receive results, WQE-shaped sends; 4: SRQs,
                                      atomics, 30 SGEs, iova, the event doorbell; 5: the
-                                     shared copy's job in each QP block; 6: shared READs */
+                                     shared copy's job in each QP block; 6: shared READs;
+                                     7: receive results apart from the posted receives */
 #define SHM_CTX_SIZE (256ull << 20)         /* sparse: pages appear on use */
 #define SHM_MR_MAX (SOFT_MAX_MR + 1) /* entry 0 is never used: keys are never 0 */
 #define SHM_MAX_CQ 1024                     /* CQ doorbells per context */
@@ -121,11 +122,10 @@ struct shm_doorbell {
     ((SHM_CTX_MR_OFF + SHM_MR_MAX * sizeof(struct shm_mr_entry) + SHM_PAGE - 1) &   \
      ~(uint64_t)(SHM_PAGE - 1))
 
-/* A finished receive, as its executor leaves it in the receive's slot: the
- * result, and a message of up to SHM_CQE_DATA bytes itself (scatter-to-CQE,
- * wire.h: the owner places it), in the slot's first cache line with seq, so
- * a small message crosses from the sender to the receiver in that one line,
- * which the receiver polls in place. */
+/* A finished receive's result: the status, and a message of up to
+ * SHM_CQE_DATA bytes itself (scatter-to-CQE, wire.h: the owner places it),
+ * so a small message crosses from the sender to the receiver in the one
+ * line the receiver polls (struct shm_rres). */
 #define SHM_CQE_DATA 32
 _Static_assert(SHM_CQE_DATA <= SOFT_RESULT_DATA && SHM_CQE_DATA <= SOFT_MAX_INLINE,
                "a result's message fits the objects' result and a send's inline area");
@@ -142,35 +142,38 @@ struct shm_cqe {
     };
 };
 
-/* A posted receive. With one or two scatter entries it is one cache line:
- * copy it with shm_rqe_copy, which touches the second only when needed.
- * Whoever takes it (a CAS on the queue's rq_cons) copies it; to report, it
- * claims the slot (a CAS of seq from posted to writing, which fails when the
- * owner flushed or reused it meanwhile), writes the result over the scatter
- * list, then marks it done. */
+/* A posted receive: the owner writes it, the sender that takes it (a CAS on
+ * the queue's rq_cons) copies it. With one or two scatter entries it is one
+ * cache line: copy it with shm_rqe_copy, which touches the second only when
+ * needed. To report, the taker claims it (a CAS of seq from posted to
+ * writing, which fails when the owner flushed or reused it meanwhile),
+ * writes the result into the receive's result line, then marks it done.
+ * The result is a line of its own, apart from the posted receives, as a
+ * NIC's CQEs are apart from its receive WQEs: the sender that reads the
+ * next posted receive ahead (a read that moves the line to its cache) never
+ * takes away the line the owner polls. */
 #define SHM_RQE_DONE (1ull << 63)
 #define SHM_RQE_WRITING (1ull << 62)
 struct shm_rqe {
     /* index + 1 while posted, | WRITING while its result is being written,
      * | DONE once the result is there */
     SHM_OWN_LINE _Atomic uint64_t seq;
-    union {
-        struct {
-            uint32_t num_sge;
-            uint32_t pad;
-            uint64_t total;
-            struct ibv_sge sge[SOFT_MAX_SGE];
-        };
-        struct {
-            struct shm_cqe res;
-            /* an SRQ's receive: the QP it arrived at, past the result's line
-             * (only an SRQ's owner reads it; the SGEs here were taken) */
-            uint32_t res_qpn;
-        };
-    };
+    uint32_t num_sge;
+    /* an SRQ's receive: the QP it arrived at, written by its taker with the
+     * result (only an SRQ's owner reads it) */
+    uint32_t res_qpn;
+    uint64_t total;
+    struct ibv_sge sge[SOFT_MAX_SGE];
 };
-_Static_assert(offsetof(struct shm_rqe, res) + sizeof(struct shm_cqe) <= SHM_LINE,
-               "a finished receive is one cache line");
+
+/* Receive c's result, in the line its owner polls in place: seq is c + 1
+ * once the result is there (written last, by the taker only; the owner
+ * never writes it back, so a lap needs no clearing). */
+struct shm_rres {
+    SHM_OWN_LINE _Atomic uint64_t seq;
+    struct shm_cqe res;
+};
+_Static_assert(sizeof(struct shm_rres) == SHM_LINE, "a finished receive is one cache line");
 
 /* Copy a posted receive's scatter list into a local, touching a second
  * line only when needed. Returns false (nothing copied beyond num_sge) when
@@ -288,13 +291,21 @@ struct shm_qp_block {
     struct shm_rqe rq[];
 };
 
-/* The shared block: header, receive queue, the send queue, then the job of
- * a large send's copy into our receive that the connected sender's executor
- * shares with us (shm_copy.c; last, so the lines the 8 B path polls keep
- * their places). */
+/* The results of a ring of cap posted receives: right after them (the
+ * posted receives and the results of a QP block or of an SRQ's block). */
+static inline struct shm_rres *shm_rres_of(struct shm_rqe *rq, uint32_t cap)
+{
+    return (struct shm_rres *)(rq + cap);
+}
+
+/* The shared block: header, receive queue and its results, the send queue,
+ * then the job of a large send's copy into our receive that the connected
+ * sender's executor shares with us (shm_copy.c; last, so the lines the 8 B
+ * path polls keep their places). */
 static inline size_t shm_sq_offset(uint32_t rq_cap)
 {
-    size_t off = sizeof(struct shm_qp_block) + (size_t)rq_cap * sizeof(struct shm_rqe);
+    size_t off = sizeof(struct shm_qp_block) +
+                 (size_t)rq_cap * (sizeof(struct shm_rqe) + sizeof(struct shm_rres));
     return (off + SHM_LINE - 1) & ~(size_t)(SHM_LINE - 1);
 }
 
@@ -327,7 +338,8 @@ struct shm_srq_block {
 
 static inline size_t shm_srq_bytes(uint32_t cap)
 {
-    return sizeof(struct shm_srq_block) + (size_t)cap * sizeof(struct shm_rqe);
+    return sizeof(struct shm_srq_block) +
+           (size_t)cap * (sizeof(struct shm_rqe) + sizeof(struct shm_rres));
 }
 
 /* ---- the fabric registry ------------------------------------------------ */
@@ -368,6 +380,7 @@ struct shm_view {
     struct shm_peer *peer;     /* NULL: no view */
     struct shm_qp_block *sh;
     struct shm_rqe *rq;         /* the QP's receive queue, or its SRQ's */
+    struct shm_rres *rres;      /* and their results */
     _Atomic uint64_t *rq_cons;
     struct shm_srq_block *srq;  /* NULL: its own queue */
     struct shm_swr *sq;
@@ -440,6 +453,7 @@ struct soft_wire_cq {
  * what it posted and the state of its checks (shm_wire.c). */
 struct shm_rq_own {
     struct shm_rqe *rq;
+    struct shm_rres *rres;
     _Atomic uint64_t *cons;
     uint32_t cap;
     uint64_t prod;              /* posted */

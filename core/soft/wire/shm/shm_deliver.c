@@ -215,16 +215,20 @@ static int no_receive(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *
 /* Leave a result in receive c of the target (if the target did not take
  * it back meanwhile), with the message itself when data_len > 0 (at most
  * SHM_CQE_DATA bytes: scatter-to-CQE), and wake the target's CQ if it
- * waits. */
+ * waits. The claim is on the posted receive's line, which this sender
+ * holds already (it read it); the result goes in the line the target
+ * polls, its seq last. */
 static void recv_done(struct shm_exec *e, uint64_t c, const struct soft_result *r,
                       const uint8_t *data, uint32_t data_len)
 {
-    struct shm_rqe *slot = &e->tv->rq[c & (e->tv->rq_cap - 1)];
+    uint32_t i = (uint32_t)(c & (e->tv->rq_cap - 1));
+    struct shm_rqe *slot = &e->tv->rq[i];
     uint64_t want = c + 1;
     if (!atomic_compare_exchange_strong_explicit(&slot->seq, &want, (c + 1) | SHM_RQE_WRITING,
                                                  memory_order_acquire, memory_order_relaxed))
         return;                 /* flushed or reset: the result has no one to go to */
-    struct shm_cqe *x = &slot->res;
+    struct shm_rres *l = &e->tv->rres[i];
+    struct shm_cqe *x = &l->res;
     x->stamp = soft_stamp();
     x->byte_len = r->byte_len;
     x->imm = r->imm;
@@ -238,7 +242,8 @@ static void recv_done(struct shm_exec *e, uint64_t c, const struct soft_result *
     else
         x->vendor_err = r->vendor_err;
     if (e->tv->srq)
-        slot->res_qpn = e->tv->qpn;     /* an SRQ's owner must know which QP (line 2) */
+        slot->res_qpn = e->tv->qpn;     /* an SRQ's owner must know which QP */
+    atomic_store_explicit(&l->seq, c + 1, memory_order_release);
     atomic_store_explicit(&slot->seq, (c + 1) | SHM_RQE_DONE, memory_order_release);
     shm_ring(e->w, e->tv->peer, e->tv->recv_db, e->tv->recv_dbi);
 }

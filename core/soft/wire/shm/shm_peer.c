@@ -263,7 +263,8 @@ int shm_view_lookup(struct soft_wire *w, uint32_t qpn, struct shm_view *v, char 
                    h.sq_cap);
     struct shm_doorbell *db = shm_peer_at(peer, SHM_CTX_DB_OFF);
     *v = (struct shm_view){
-        .peer = peer, .sh = q, .rq = q->rq, .rq_cons = &q->rq_cons,
+        .peer = peer, .sh = q, .rq = q->rq, .rres = shm_rres_of(q->rq, h.rq_cap),
+        .rq_cons = &q->rq_cons,
         .sq = (struct shm_swr *)((char *)q + shm_sq_offset(h.rq_cap)),
         .copy = (struct shm_copy_job *)((char *)q + shm_copy_offset(h.rq_cap, h.sq_cap)),
         .recv_db = &db[h.recv_db], .send_db = &db[h.send_db], .event_db = &db[SHM_EVENT_DB],
@@ -287,6 +288,7 @@ int shm_view_lookup(struct soft_wire *w, uint32_t qpn, struct shm_view *v, char 
                        cap, SOFT_MAX_QP_WR);
         v->srq = b;
         v->rq = b->rq;
+        v->rres = shm_rres_of(b->rq, cap);
         v->rq_cons = &b->rq_cons;
         v->rq_cap = cap;
     }

@@ -4,6 +4,10 @@
  * back once, when the objects ask for it by index (shm.h says why every
  * field is copied once and checked).
  *
+ * The owner polls a receive's result line (struct shm_rres), and looks at
+ * the posted receive's own line only now and then, or to flush it: that
+ * line goes to the sender that reads it ahead.
+ *
  * A queue that several senders fill (UD, an SRQ) can be stopped for good by
  * one that took a receive and died: once a later receive has finished and
  * that one stayed unfinished for a while, it is taken back and reported
@@ -46,8 +50,10 @@ void shm_rq_reset(struct shm_rq_own *o)
 {
     for (uint64_t c = o->prod - TBRT_MIN(o->prod, o->cap); c < o->prod; c++)
         shm_rq_writing_ends(&o->rq[c & (o->cap - 1)], c);
-    for (uint32_t i = 0; i < o->cap; i++)
+    for (uint32_t i = 0; i < o->cap; i++) {
         atomic_store(&o->rq[i].seq, 0);    /* old entries must not look posted */
+        atomic_store(&o->rres[i].seq, 0);  /* nor done */
+    }
     atomic_store(o->cons, o->prod);
     o->stall_ns = 0;
 }
@@ -77,8 +83,8 @@ static bool stalled(struct shm_rq_own *o, uint64_t c)
 {
     if (!o->many_senders || c + 1 >= o->prod)
         return false;
-    struct shm_rqe *next = &o->rq[(c + 1) & (o->cap - 1)];
-    if (atomic_load_explicit(&next->seq, memory_order_relaxed) != ((c + 2) | SHM_RQE_DONE)) {
+    struct shm_rres *next = &o->rres[(c + 1) & (o->cap - 1)];
+    if (atomic_load_explicit(&next->seq, memory_order_relaxed) != c + 2) {
         o->stall_ns = 0;
         return false;
     }
@@ -93,43 +99,64 @@ static bool stalled(struct shm_rq_own *o, uint64_t c)
     return atomic_compare_exchange_strong(&o->rq[c & (o->cap - 1)].seq, &want, 0);
 }
 
+/* The result of receive c, if it is there: copied once into r. */
+static bool result_of(struct shm_rq_own *o, uint64_t c, struct soft_result *r)
+{
+    uint32_t i = (uint32_t)(c & (o->cap - 1));
+    struct shm_rres *e = &o->rres[i];
+    if (atomic_load_explicit(&e->seq, memory_order_acquire) != c + 1)
+        return false;
+    struct shm_cqe x;           /* the one copy of what the executor wrote */
+    memcpy(&x, &e->res, sizeof x);
+    *r = (struct soft_result){.stamp = x.stamp, .byte_len = x.byte_len, .imm = x.imm,
+                              .src_qp = x.src_qp, .status = x.status, .opcode = x.opcode,
+                              .wc_flags = x.wc_flags, .data_len = x.data_len,
+                              .vendor_err = x.status ? x.vendor_err : 0};
+    /* a data_len beyond the line is a bad value the objects refuse */
+    if (x.data_len)
+        memcpy(r->data, x.data, SHM_CQE_DATA);
+    if (o->srq)                 /* checked by the objects against the SRQ's QPs */
+        r->qp_num = o->rq[i].res_qpn;
+    return true;
+}
+
 int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *kind, uint32_t num,
                 bool stopped, uint64_t c, struct soft_result *r)
 {
-    struct shm_rqe *e = &o->rq[c & (o->cap - 1)];
-    uint64_t seq = atomic_load_explicit(&e->seq, memory_order_acquire);
-    bool posted = seq == c + 1, writing = seq == ((c + 1) | SHM_RQE_WRITING);
-    if (writing && stopped && shm_rq_writing_ends(e, c))
-        seq = atomic_load_explicit(&e->seq, memory_order_acquire);
-    if (seq == ((c + 1) | SHM_RQE_DONE)) {
-        struct shm_cqe x;       /* the one copy of what the executor wrote */
-        memcpy(&x, &e->res, sizeof x);
-        *r = (struct soft_result){.stamp = x.stamp, .byte_len = x.byte_len, .imm = x.imm,
-                                  .src_qp = x.src_qp, .status = x.status, .opcode = x.opcode,
-                                  .wc_flags = x.wc_flags, .data_len = x.data_len,
-                                  .vendor_err = x.status ? x.vendor_err : 0};
-        /* a data_len beyond the line is a bad value the objects refuse */
-        if (x.data_len)
-            memcpy(r->data, x.data, SHM_CQE_DATA);
-        if (o->srq)
-            r->qp_num = e->res_qpn;     /* checked by the objects against the SRQ's QPs */
+    /* the result line first: the one the taker writes, and all a waiting
+     * owner reads while it waits (the posted receive's line is the sender's
+     * to read ahead) */
+    if (result_of(o, c, r))
         return 1;
-    }
+    struct shm_rqe *e = &o->rq[c & (o->cap - 1)];
     if (stopped) {
-        /* ERR: take it back from the senders; a bad value flushes too */
+        /* ERR: take it back from the senders (a taker writing it finishes
+         * first, bounded); a bad value flushes too */
+        uint64_t seq = atomic_load_explicit(&e->seq, memory_order_acquire);
+        if (seq == ((c + 1) | SHM_RQE_WRITING) && shm_rq_writing_ends(e, c))
+            seq = atomic_load_explicit(&e->seq, memory_order_acquire);
+        if (seq == ((c + 1) | SHM_RQE_DONE) && result_of(o, c, r))
+            return 1;
         uint64_t want = seq;
         atomic_compare_exchange_strong(&e->seq, &want, 0);
         flushed(r);
         return 1;
     }
-    if (!posted && !writing) {
-        shm_corrupt(w, "%s 0x%x: receive slot %u (receive %llu): seq 0x%llx is neither posted "
-                    "nor done (our shared block is corrupt)", kind, num,
-                    (unsigned)(c & (o->cap - 1)), (unsigned long long)c, (unsigned long long)seq);
-        return -1;
+    if ((++o->idle & 255) == 0) {
+        /* now and then, off the fast path: the posted receive's state and
+         * the senders' index (their lines are the senders' to hold) */
+        uint64_t seq = atomic_load_explicit(&e->seq, memory_order_acquire);
+        if (seq != c + 1 && seq != ((c + 1) | SHM_RQE_WRITING) &&
+            seq != ((c + 1) | SHM_RQE_DONE)) {
+            shm_corrupt(w, "%s 0x%x: receive slot %u (receive %llu): seq 0x%llx is neither "
+                        "posted nor done (our shared block is corrupt)", kind, num,
+                        (unsigned)(c & (o->cap - 1)), (unsigned long long)c,
+                        (unsigned long long)seq);
+            return -1;
+        }
+        if (!cons_sane(w, o, kind, num, c))
+            return -1;
     }
-    if ((++o->idle & 255) == 0 && !cons_sane(w, o, kind, num, c))
-        return -1;
     if (!stalled(o, c))
         return 0;
     *r = (struct soft_result){.stamp = soft_stamp(), .status = IBV_WC_GENERAL_ERR,

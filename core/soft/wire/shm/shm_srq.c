@@ -44,7 +44,8 @@ int shm_srq_create(struct soft_wire *w, const struct soft_wire_srq_init *init,
     s->sh->srqn = s->srqn;
     s->sh->cap = s->cap;
     s->sh->magic = SHM_SRQ_MAGIC;
-    s->own = (struct shm_rq_own){.rq = s->sh->rq, .cons = &s->sh->rq_cons, .cap = s->cap,
+    s->own = (struct shm_rq_own){.rq = s->sh->rq, .rres = shm_rres_of(s->sh->rq, s->cap),
+                                 .cons = &s->sh->rq_cons, .cap = s->cap,
                                  .many_senders = true, .srq = true};
     s->next = w->srqs;
     w->srqs = s;

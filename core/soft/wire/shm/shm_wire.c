@@ -183,7 +183,8 @@ static int shm_qp_create(struct soft_wire *w, const struct soft_wire_qp_init *in
     atomic_store(&sh->state, IBV_QPS_RESET);
     sh->qpn = q->qpn;
     q->self = (struct shm_view){
-        .peer = w->self, .sh = sh, .rq = sh->rq, .rq_cons = &sh->rq_cons,
+        .peer = w->self, .sh = sh, .rq = sh->rq, .rres = shm_rres_of(sh->rq, rq_cap),
+        .rq_cons = &sh->rq_cons,
         .sq = (struct shm_swr *)((char *)sh + shm_sq_offset(rq_cap)),
         .copy = (struct shm_copy_job *)((char *)sh + shm_copy_offset(rq_cap, sq_cap)),
         .recv_db = init->recv_cq->dbp, .send_db = init->send_cq->dbp, .event_db = w->event_db,
@@ -194,10 +195,12 @@ static int shm_qp_create(struct soft_wire *w, const struct soft_wire_qp_init *in
     if (init->srq) {
         q->self.srq = init->srq->sh;
         q->self.rq = init->srq->sh->rq;
+        q->self.rres = init->srq->own.rres;
         q->self.rq_cons = &init->srq->sh->rq_cons;
         q->self.rq_cap = init->srq->cap;
     }
-    q->rq_own = (struct shm_rq_own){.rq = sh->rq, .cons = &sh->rq_cons, .cap = rq_cap,
+    q->rq_own = (struct shm_rq_own){.rq = sh->rq, .rres = q->self.rres, .cons = &sh->rq_cons,
+                                    .cap = rq_cap,
                                     .many_senders = init->qp_type == IBV_QPT_UD};
     q->next = w->qps;
     w->qps = q;
