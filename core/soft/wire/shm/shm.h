@@ -146,17 +146,17 @@ struct shm_cqe {
  * the queue's rq_cons) copies it. With one or two scatter entries it is one
  * cache line: copy it with shm_rqe_copy, which touches the second only when
  * needed. To report, the taker claims it (a CAS of seq from posted to
- * writing, which fails when the owner flushed or reused it meanwhile),
- * writes the result into the receive's result line, then marks it done.
+ * writing, which fails when the owner flushed or reused it meanwhile), then
+ * writes the result into the receive's result line and never touches the
+ * posted receive again (the owner reuses it as soon as it sees the result).
  * The result is a line of its own, apart from the posted receives, as a
  * NIC's CQEs are apart from its receive WQEs: the sender that reads the
  * next posted receive ahead (a read that moves the line to its cache) never
  * takes away the line the owner polls. */
-#define SHM_RQE_DONE (1ull << 63)
 #define SHM_RQE_WRITING (1ull << 62)
 struct shm_rqe {
-    /* index + 1 while posted, | WRITING while its result is being written,
-     * | DONE once the result is there */
+    /* index + 1 while posted, | WRITING once a taker claimed it (its result
+     * is being written, or is there) */
     SHM_OWN_LINE _Atomic uint64_t seq;
     uint32_t num_sge;
     /* an SRQ's receive: the QP it arrived at, written by its taker with the
@@ -563,9 +563,10 @@ int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *kind, uin
                 bool stopped, uint64_t c, struct soft_result *r);
 /* RESET: nothing posted looks posted any more; cons catches up. */
 void shm_rq_reset(struct shm_rq_own *o);
-/* A sender is writing the result of receive c (a few stores): wait for it,
- * bounded (it may have died in between). */
-bool shm_rq_writing_ends(struct shm_rqe *e, uint64_t c);
+/* A sender claimed receive c and writes its result (a few stores): wait
+ * for the result, bounded (it may have died in between). True when it is
+ * there. */
+bool shm_rq_result_waits(struct shm_rq_own *o, uint64_t c);
 
 /* shm_srq.c: wire.h's srq_* ops */
 int shm_srq_create(struct soft_wire *w, const struct soft_wire_srq_init *init,

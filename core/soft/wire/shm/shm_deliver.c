@@ -244,7 +244,6 @@ static void recv_done(struct shm_exec *e, uint64_t c, const struct soft_result *
     if (e->tv->srq)
         slot->res_qpn = e->tv->qpn;     /* an SRQ's owner must know which QP */
     atomic_store_explicit(&l->seq, c + 1, memory_order_release);
-    atomic_store_explicit(&slot->seq, (c + 1) | SHM_RQE_DONE, memory_order_release);
     shm_ring(e->w, e->tv->peer, e->tv->recv_db, e->tv->recv_dbi);
 }
 

@@ -37,19 +37,24 @@ void shm_rq_post(struct shm_rq_own *o, uint64_t index, const struct soft_wire_re
     atomic_thread_fence(memory_order_seq_cst);
 }
 
-bool shm_rq_writing_ends(struct shm_rqe *e, uint64_t c)
+bool shm_rq_result_waits(struct shm_rq_own *o, uint64_t c)
 {
+    uint32_t i = (uint32_t)(c & (o->cap - 1));
     uint64_t until = now_ns() + 1000000ull;
-    while (atomic_load_explicit(&e->seq, memory_order_acquire) == ((c + 1) | SHM_RQE_WRITING))
+    while (atomic_load_explicit(&o->rq[i].seq, memory_order_acquire) ==
+           ((c + 1) | SHM_RQE_WRITING)) {
+        if (atomic_load_explicit(&o->rres[i].seq, memory_order_acquire) == c + 1)
+            return true;
         if (now_ns() > until)
             return false;
-    return true;
+    }
+    return false;
 }
 
 void shm_rq_reset(struct shm_rq_own *o)
 {
     for (uint64_t c = o->prod - TBRT_MIN(o->prod, o->cap); c < o->prod; c++)
-        shm_rq_writing_ends(&o->rq[c & (o->cap - 1)], c);
+        shm_rq_result_waits(o, c);
     for (uint32_t i = 0; i < o->cap; i++) {
         atomic_store(&o->rq[i].seq, 0);    /* old entries must not look posted */
         atomic_store(&o->rres[i].seq, 0);  /* nor done */
@@ -132,13 +137,12 @@ int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *kind, uin
     if (stopped) {
         /* ERR: take it back from the senders (a taker writing it finishes
          * first, bounded); a bad value flushes too */
-        uint64_t seq = atomic_load_explicit(&e->seq, memory_order_acquire);
-        if (seq == ((c + 1) | SHM_RQE_WRITING) && shm_rq_writing_ends(e, c))
-            seq = atomic_load_explicit(&e->seq, memory_order_acquire);
-        if (seq == ((c + 1) | SHM_RQE_DONE) && result_of(o, c, r))
+        uint64_t want = c + 1;
+        if (!atomic_compare_exchange_strong(&e->seq, &want, 0) &&
+            want == ((c + 1) | SHM_RQE_WRITING) && shm_rq_result_waits(o, c) &&
+            result_of(o, c, r))
             return 1;
-        uint64_t want = seq;
-        atomic_compare_exchange_strong(&e->seq, &want, 0);
+        atomic_store(&e->seq, 0);       /* flushed: no taker may write it any more */
         flushed(r);
         return 1;
     }
@@ -146,10 +150,9 @@ int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *kind, uin
         /* now and then, off the fast path: the posted receive's state and
          * the senders' index (their lines are the senders' to hold) */
         uint64_t seq = atomic_load_explicit(&e->seq, memory_order_acquire);
-        if (seq != c + 1 && seq != ((c + 1) | SHM_RQE_WRITING) &&
-            seq != ((c + 1) | SHM_RQE_DONE)) {
+        if (seq != c + 1 && seq != ((c + 1) | SHM_RQE_WRITING)) {
             shm_corrupt(w, "%s 0x%x: receive slot %u (receive %llu): seq 0x%llx is neither "
-                        "posted nor done (our shared block is corrupt)", kind, num,
+                        "posted nor taken (our shared block is corrupt)", kind, num,
                         (unsigned)(c & (o->cap - 1)), (unsigned long long)c,
                         (unsigned long long)seq);
             return -1;
