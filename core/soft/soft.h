@@ -296,6 +296,8 @@ int soft_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad
 int soft_post_recv(tbrt_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 /* The "hardware": the wire's turn, then what it reported (QPs to ERR). */
 void soft_progress(struct soft_dev *sd);
+/* The same, unless the wire says it is quiet (nothing for the turn). */
+void soft_progress_if_needed(struct soft_dev *sd);
 
 /* soft_reap.c: finished work into completions */
 /* Why a receive's result cannot be, or NULL (also for SRQ results). */

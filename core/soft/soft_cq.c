@@ -87,7 +87,7 @@ static int poll(tbrt_cq *cq, int n, struct ibv_wc *wc, uint64_t *ts_ns)
 {
     struct soft_cq *c = (struct soft_cq *)cq;
     struct soft_dev *sd = soft_of(cq->dev);
-    soft_progress(sd);
+    soft_progress_if_needed(sd);
     soft_reap_cq(sd, c);
     if (TBRT_UNLIKELY(c->overrun))
         return dev_fail(cq->dev, EOVERFLOW,

@@ -463,6 +463,13 @@ static int auto_progress(struct soft_wire *w, struct soft_wire_event *ev, int ma
     return n;
 }
 
+/* Quiet when shared memory is: the UDP wire, once open, takes every turn
+ * (packets arrive whatever the queues say). */
+static bool auto_quiet(struct soft_wire *w)
+{
+    return !w->udp && SHM->quiet(w->shm);
+}
+
 /* Keys are the shm wire's on either wire (see the top): its table resolves
  * them, for the objects placing a result that carries its data. */
 static int auto_mr_local(struct soft_wire *w, uint32_t key, uint64_t addr, uint64_t len,
@@ -585,6 +592,7 @@ const struct soft_wire_ops soft_wire_auto = {
     .post_send = auto_post_send,
     .doorbell = auto_doorbell,
     .progress = auto_progress,
+    .quiet = auto_quiet,
     .event_fd = auto_event_fd,
     .event_arm = auto_event_arm,
     .event_ack = auto_event_ack,

@@ -459,6 +459,12 @@ struct soft_wire_ops {
     /* The hardware's turn: move what can move. Up to max events in ev;
      * returns how many. */
     int (*progress)(struct soft_wire *w, struct soft_wire_event *ev, int max);
+    /* Optional (NULL: always take the turn): is there nothing for a turn
+     * of progress to do now? No event to report, no queue with sends
+     * waiting, nothing a peer asked of us. A poll that finds the wire quiet
+     * skips the turn (as a NIC with nothing queued idles): the turn is most
+     * of what an idle poll costs a software device. No syscall, no clock. */
+    bool (*quiet)(struct soft_wire *w);
     /* The device's event fd: readable when progress may have an event (a
      * peer moved one of our QPs to ERR, an SRQ limit was crossed) or some
      * process of the host changed a port state (ports_changed). Armed by

@@ -436,6 +436,26 @@ static bool shm_doorbell(struct soft_wire_qp *q)
     return true;
 }
 
+/* Nothing for shm_progress to do: the words it would act on, looked at
+ * (our context's attention; per QP its events, its own sends waiting, a
+ * peer's ask for help; SRQs always take the turn). */
+static bool shm_quiet(struct soft_wire *w)
+{
+    if (atomic_load_explicit(&w->ctx->attention, memory_order_relaxed) != w->attention_seen ||
+        w->srqs)
+        return false;
+    for (struct soft_wire_qp *q = w->qps; q; q = q->next) {
+        if (q->events)
+            return false;
+        if (q->stopped || (q->a.state != IBV_QPS_RTS && q->a.state != IBV_QPS_RTR))
+            continue;
+        if (atomic_load_explicit(&q->sh->sq_head, memory_order_relaxed) != q->sq_tail ||
+            atomic_load_explicit(&q->sh->help_wanted, memory_order_relaxed))
+            return false;
+    }
+    return true;
+}
+
 static int shm_progress(struct soft_wire *w, struct soft_wire_event *ev, int max)
 {
     check_attention(w);
@@ -525,6 +545,7 @@ const struct soft_wire_ops soft_wire_shm = {
     .post_send = shm_post_send,
     .doorbell = shm_doorbell,
     .progress = shm_progress,
+    .quiet = shm_quiet,
     .event_fd = shm_event_fd,
     .event_arm = shm_event_arm,
     .event_ack = shm_event_ack,
