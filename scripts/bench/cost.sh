@@ -6,8 +6,10 @@
 #
 # Prints one line per figure: 'name instructions': an 8 B and a 64 B round
 # trip (both ends in one process, so both ends' work) with 1 and 64 links
-# open, one idle look (what a waiting receiver repeats), and one link's
-# setup (both ends) as the 1st, 2nd and 64th link.
+# open, an 8 B message's path in its two halves (the sender's send + flush,
+# the receiver's recv that finds it), one idle look (what a waiting
+# receiver repeats), and one link's setup (both ends) as the 1st, 2nd and
+# 64th link.
 set -eu
 B=${1:-build}
 own_fabric=${TBRT_SOFT_FABRIC:+no}
@@ -34,6 +36,11 @@ for size in 8 64; do
     v=$(ir cost_pingpong soft "$PERS" pingpong "$size" "$N" "$links")
     echo "round_trip_${size}b_${links}links $(( v / N ))"
   done
+done
+# one message's path, each half (2 messages a round trip)
+for half in send recv; do
+  v=$(ir cost_$half soft "$PERS" paths 8 "$N" 1)
+  echo "${half}_path_8b $(( v / (2 * N) ))"
 done
 for links in 1 64; do
   v=$(ir cost_idle soft "$PERS" idle 8 "$N" "$links")

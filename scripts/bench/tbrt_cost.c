@@ -10,6 +10,13 @@
  *       bytes (send + flush on one end, recv on the other, and back), every
  *       byte checked. With LINKS > 1, LINKS - 1 more links stay open (idle)
  *       beside it: a round trip must cost the same.
+ *   tbrt-cost DEVICE PERSONALITY paths SIZE ITERS [LINKS]
+ *       the same round trips, each message's path in two halves: the
+ *       sender's send + flush (cost_send), and the receiver's recv that
+ *       finds it (cost_recv), after the sender has taken its own send's
+ *       completion and the receiver has looked once before it was sent
+ *       (work that is off the message's path, as it is when the two ends
+ *       are two processes: each does it while it waits).
  *   tbrt-cost DEVICE PERSONALITY idle 0 ITERS [LINKS]
  *       ITERS looks at a link with nothing for it (a progress call and a
  *       recv that finds nothing), what a waiting receiver repeats: the
@@ -90,6 +97,36 @@ static void pass(tbrt_link *from, tbrt_link *to, const uint8_t *msg, uint8_t *bu
     bench_check(buf, msg, 0, n, idx);
 }
 
+__attribute__((noinline)) void cost_send(tbrt_link *from, const uint8_t *msg, size_t n)
+{
+    if (tbrt_link_send(from, msg, n) != (intptr_t)n || tbrt_link_flush(from))
+        bench_die("send", from);
+}
+
+__attribute__((noinline)) intptr_t cost_recv(tbrt_link *to, uint8_t *buf, size_t n)
+{
+    return tbrt_link_recv(to, buf, n);
+}
+
+/* pass() in halves: a message's path alone (see the top) */
+static void pass_paths(tbrt_link *from, tbrt_link *to, const uint8_t *msg, uint8_t *buf,
+                       size_t n, uint64_t idx)
+{
+    /* the receiver's look while it waited: drained strides go back to the
+     * device there, off the path (a two-process receiver looks many times) */
+    for (int k = 0; k < 100 && tbrt_link_progress(to) > 0; k++)
+        ;
+    if (tbrt_link_readable(to))
+        bench_die("recv: something came before it was sent", to);
+    cost_send(from, msg, n);
+    while (tbrt_link_inflight(from) > 0)
+        if (tbrt_link_progress(from) < 0)
+            bench_die("send completion", from);
+    if (cost_recv(to, buf, n) != (intptr_t)n)
+        bench_die("recv: not all of it at once", to);
+    bench_check(buf, msg, 0, n, idx);
+}
+
 static void pingpong(struct pair *p, uint8_t *msg, uint8_t *buf, size_t n, long iters)
 {
     for (long i = 0; i < iters; i++) {
@@ -121,7 +158,8 @@ int main(int argc, char **argv)
 {
     if (argc < 6) {
         fprintf(stderr,
-                "usage: tbrt-cost DEVICE PERSONALITY pingpong|idle|setup SIZE ITERS [LINKS]\n");
+                "usage: tbrt-cost DEVICE PERSONALITY pingpong|paths|idle|setup SIZE ITERS "
+                "[LINKS]\n");
         return 2;
     }
     const char *dev = argv[1], *pers = argv[2], *mode = argv[3];
@@ -152,6 +190,13 @@ int main(int argc, char **argv)
                 ;
             cost_idle(&ps[links - 1], buf, iters);
             printf("looks %ld\nlinks %d\n", iters, links);
+        } else if (strcmp(mode, "paths") == 0) {
+            for (long i = 0; i < iters; i++) {
+                bench_stamp(msg, n, (uint64_t)i);
+                pass_paths(ps[links - 1].a, ps[links - 1].b, msg, buf, n, (uint64_t)i);
+                pass_paths(ps[links - 1].b, ps[links - 1].a, msg, buf, n, (uint64_t)i);
+            }
+            printf("round_trips %ld\nlinks %d\n", iters, links);
         } else {
             cost_pingpong(&ps[links - 1], msg, buf, n, iters);
             printf("round_trips %ld\nlinks %d\n", iters, links);
