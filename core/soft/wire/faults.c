@@ -81,6 +81,7 @@ static int map_file(struct soft_faults *f, const char *fabric, char *why, size_t
     }
     f->fd = fd;
     f->file = m;
+    f->port_sets = &m->sets;
     return 0;
 }
 
@@ -113,6 +114,7 @@ void soft_faults_close(struct soft_faults *f)
     if (f->fd >= 0)
         close(f->fd);
     f->file = NULL;
+    f->port_sets = NULL;
     f->fd = -1;
 }
 
@@ -144,13 +146,10 @@ int soft_faults_port_state(const struct soft_faults *f, int dev, int port)
 
 /* Kept only when no run-time state was in force: one that was could end
  * with its setter, which sets nothing. The configuration never changes. */
-bool soft_faults_path_up(const struct soft_faults *f, struct soft_path_memo *m, int dev_a,
-                         int port_a, int dev_b, int port_b)
+bool soft_faults_path_lookup(const struct soft_faults *f, struct soft_path_memo *m, int dev_a,
+                             int port_a, int dev_b, int port_b)
 {
     uint64_t sets = f->file ? atomic_load_explicit(&f->file->sets, memory_order_acquire) : 0;
-    if (m->sets == sets + 1 && m->dev_a == dev_a && m->port_a == port_a && m->dev_b == dev_b &&
-        m->port_b == port_b)
-        return true;
     bool ra, rb;
     bool up = port_state(f, dev_a, port_a, &ra) == IBV_PORT_ACTIVE &&
               port_state(f, dev_b, port_b, &rb) == IBV_PORT_ACTIVE;

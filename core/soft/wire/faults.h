@@ -42,6 +42,7 @@
 #ifndef TBRT_SOFT_FAULTS_H
 #define TBRT_SOFT_FAULTS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -93,6 +94,7 @@ struct soft_faults {
     int nports;
     int fd;
     struct soft_fault_file *file;
+    _Atomic uint64_t *port_sets; /* the file's count of port states set, or NULL */
     /* the fault sets of this process's device */
     bool active;                /* any set */
     int nsets;
@@ -130,8 +132,17 @@ struct soft_path_memo {
  * answer of two soft_faults_port_state calls; an answer that no run-time
  * state made is kept in *m and given again, without reading the states,
  * until some process of the fabric sets one (a sender asks it per message). */
-bool soft_faults_path_up(const struct soft_faults *f, struct soft_path_memo *m, int dev_a,
-                         int port_a, int dev_b, int port_b);
+bool soft_faults_path_lookup(const struct soft_faults *f, struct soft_path_memo *m, int dev_a,
+                             int port_a, int dev_b, int port_b);
+static inline bool soft_faults_path_up(const struct soft_faults *f, struct soft_path_memo *m,
+                                       int dev_a, int port_a, int dev_b, int port_b)
+{
+    uint64_t sets = f->port_sets ? atomic_load_explicit(f->port_sets, memory_order_acquire) : 0;
+    if (TBRT_LIKELY(m->sets == sets + 1 && m->dev_a == dev_a && m->port_a == port_a &&
+                    m->dev_b == dev_b && m->port_b == port_b))
+        return true;
+    return soft_faults_path_lookup(f, m, dev_a, port_a, dev_b, port_b);
+}
 
 /* Replace every fault set by those of spec (TBRT_FAULTS's syntax; "" clears
  * them): 0, or -EINVAL with the reason in why (then nothing changed). */
