@@ -31,7 +31,7 @@ end
 
 local function stats(x, qpn) return x:must{ op = "stats", qpn = qpn }.stats end
 
--- claim word: generation << 32 | pieces << 16 | next piece
+-- claim word: generation << 32 | back << 16 | front (a fresh job: back is its piece count)
 local function claim(gen, pieces) return string.format("0x%x", gen * 2 ^ 32 + pieces * 2 ^ 16) end
 
 describe("soft device: a large send's copy shared with its target", function()
@@ -99,8 +99,8 @@ describe("soft device: a large send's copy shared with its target", function()
         { "a source key that is no MR", 0x12345, a.send_addr, b.recv_key, b.recv_addr, LEN, 7, 0 },
         { "a destination key that is the peer's", a.send_key, a.send_addr, a.send_key, b.recv_addr,
           LEN, 7, 0 },
-        { "pieces that disagree with its length", a.send_key, a.send_addr, b.recv_key, b.recv_addr,
-          LEN, 1, 0 },
+        { "pieces beyond its length", a.send_key, a.send_addr, b.recv_key, b.recv_addr,
+          LEN, 8, 0 },
         { "a length of 2^40", a.send_key, a.send_addr, b.recv_key, b.recv_addr, "0x10000000000",
           0x7fff, 0 },
       }

@@ -240,10 +240,13 @@ struct shm_swr {
 _Static_assert(SHM_SWR_HEAD == SHM_LINE, "what every send needs is one cache line");
 
 /* A send's copy cut into pieces that the target's process may take too
- * (shm_copy.c). `claim` names the job and hands out its pieces: gen << 32
- * | pieces << 16 | next piece (0: no job). `done` counts the pieces others
- * finished. The rest says where the bytes are, as MR keys and addresses
- * (a peer's words: the helper resolves them through the MR tables). */
+ * (shm_copy.c). `claim` names the job and hands out its pieces from both
+ * ends: gen << 32 | back << 16 | front (0: no job); the executor takes
+ * them one at a time from the front, a helper a run of them from the back.
+ * `done` counts the pieces finished, by anyone: whoever's count makes it
+ * whole finishes the job. The rest says where the bytes are, as MR keys
+ * and addresses (a peer's words: the helper resolves them through the MR
+ * tables), and, for a SEND, which of the helper's receives they are for. */
 struct shm_copy_job {
     SHM_OWN_LINE _Atomic uint64_t claim;
     uint32_t src_key, dst_key;
@@ -252,9 +255,32 @@ struct shm_copy_job {
      * helper's); 1: an RDMA READ of the helper's memory (src the helper's,
      * under REMOTE_READ; dst the executor's, under LOCAL_WRITE) */
     uint32_t read;
+    /* a SEND: the receive it fills, and its immediate data */
+    uint32_t imm;
+    uint64_t recv_index;
+    uint32_t with_imm;
     /* its own line: a helper's count does not take the claim line away
      * from the executor's next claim */
     SHM_OWN_LINE _Atomic uint32_t done;
+};
+
+/* A shared copy its executor left to its helper to finish (shm_copy.c):
+ * the owner's record of it, in process memory. */
+struct shm_copy_pend {
+    bool active;
+    uint64_t index;             /* the send at the queue's head */
+    uint32_t gen, n;
+    uint64_t since_ns;          /* when it was left (0: not yet read the clock) */
+    unsigned looks;
+    /* for copying it again if the helper dies: the span and the helper's
+     * end of it (pieces [back, n)) */
+    void *dst;
+    const void *src;
+    uint64_t len;
+    uint32_t back;
+    bool read;
+    uint64_t recv_index;        /* a SEND: the target's receive */
+    struct soft_result res;     /* and its result */
 };
 
 /* The shared half of a queue pair: state, receive queue, send queue. */
@@ -505,6 +531,7 @@ struct soft_wire_qp {
     unsigned alive_tick;        /* look at the clock every 64th send */
     struct soft_path_memo path; /* its ports last found up (shm_deliver.c: path_up) */
     uint32_t copy_gen;          /* the last shared copy's job we published (shm_copy.c) */
+    struct shm_copy_pend pend;  /* and the one left to its helper, if any */
     struct shm_copy_counts copies;
 };
 
@@ -563,6 +590,10 @@ int shm_rq_done(struct soft_wire *w, struct shm_rq_own *o, const char *kind, uin
                 bool stopped, uint64_t c, struct soft_result *r);
 /* RESET: nothing posted looks posted any more; cons catches up. */
 void shm_rq_reset(struct shm_rq_own *o);
+/* Finish receive c of ours with result r, as a taker does (shm_copy.c: a
+ * copy we helped with and made whole): only if it is posted, taken by its
+ * sender (below cons) and claimed by no one yet. qpn: an SRQ's QP. */
+bool shm_rq_finish(struct shm_rq_own *o, uint64_t c, const struct soft_result *r, uint32_t qpn);
 /* A sender claimed receive c and writes its result (a few stores): wait
  * for the result, bounded (it may have died in between). True when it is
  * there. */
@@ -654,7 +685,7 @@ struct shm_exec {
  * goes on). FAILED: finished with an error that moves the QP to ERR. WAIT:
  * try again later. SKIP: the owner must run it. BROKEN: the queue run for a
  * peer is corrupt: stop. */
-enum { SHM_DONE, SHM_WAIT, SHM_FAILED, SHM_SKIP, SHM_BROKEN };
+enum { SHM_DONE, SHM_WAIT, SHM_FAILED, SHM_SKIP, SHM_BROKEN, SHM_PENDING };
 
 /* shm_deliver.c: one send (slot is its place in shared memory, w its
  * checked copy). */
@@ -664,16 +695,28 @@ int shm_deliver_ud(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w);
 /* shm_copy.c: the copy of a send into its receive, n bytes from src
  * (the sender's MR src_key at src_addr) to dst (the target's dst_key at
  * dst_addr). Large ones the owner's executor shares with the target's
- * process. 0, or -EBADMSG with e->why when the target took a piece and
- * stalled. */
+ * process. 0: copied (the caller finishes the send as any); SHM_COPY_LEFT:
+ * the target's process copies the rest and finishes the receive (a SEND's
+ * recv_index, with res), the send waits in e->local->pend for
+ * shm_copy_resume. */
 struct shm_copy_span {
     void *dst;
     const void *src;
     uint64_t len, src_addr, dst_addr;
     uint32_t src_key, dst_key;
     bool read;                  /* an RDMA READ: src is the target's memory */
+    bool with_imm;              /* a SEND: its immediate data, */
+    uint32_t imm;
+    uint64_t recv_index;        /* the receive it fills */
+    struct soft_result res;     /* and that receive's result */
 };
+#define SHM_COPY_LEFT 1
 int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c);
+/* The owner's look at the copy it left (q->pend): SHM_DONE (the send is
+ * complete), SHM_PENDING, or SHM_FAILED (e->res and e->why say why). */
+int shm_copy_resume(struct soft_wire_qp *q, struct shm_exec *e);
+/* The QP stops or resets: the copy it left is over. */
+void shm_copy_abandon(struct soft_wire_qp *q);
 /* Our receiving QP q's turn: take pieces of a copy its peer shares. */
 void shm_copy_help(struct soft_wire_qp *q);
 /* A bad value met while running a send (shm_exec.c). `in_target`: it was in

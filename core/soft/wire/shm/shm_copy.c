@@ -6,28 +6,40 @@
  * sender (shm_exec.c). A stream then has the sender copy twice (into its
  * ring, then into the receive) while the receiver, which only reads what
  * arrived, waits for it. So a copy of SHM_COPY_MIN bytes or more is cut
- * into SHM_COPY_PIECE pieces and published in the receiving QP's block
- * (after its send queue);
- * the target's process, whose turns of progress look at that block while
- * it waits for this very message, copies pieces too. The executor copies
- * until none is left, waits for the pieces the target took, and only then
- * writes the receive's result: the receive completes once, with all its
- * bytes in. An RDMA READ of SHM_COPY_READ_MIN bytes or more is shared the
- * same way with the process whose memory it reads (a sender of a direct
- * transfer, waiting for the reader to finish: engine/transport/direct.c).
+ * into pieces and published in the receiving QP's block (after its send
+ * queue); the target's process, whose turns of progress look at that block
+ * while it waits for this very message, copies pieces too. An RDMA READ of
+ * SHM_COPY_READ_MIN bytes or more is shared the same way with the process
+ * whose memory it reads (a sender of a direct transfer, waiting for the
+ * reader to finish: engine/transport/direct.c).
+ *
+ * Who copies what: the executor takes pieces one at a time from the front
+ * of the job, the helper a run of half of what is left (SHM_COPY_RUN at
+ * most) from its back, with one CAS on the word that names the job (so the
+ * word moves between the two CPUs once a run, not once a piece: on a
+ * machine where a line takes a few hundred ns to cross, a claim per piece
+ * took a quarter of the sender's time). Whoever's count of finished pieces makes the job whole
+ * finishes it: the executor as any send (it writes the receive's result
+ * and its own), the helper by writing its own receive's result; the
+ * executor then finds the job whole at its next turn and completes its
+ * send. So neither end waits for the other's pieces: the sender goes on
+ * filling its next stride while the receiver copies its run of the last.
+ * The send stays at the head of its queue, the queue's lock held, until it
+ * is complete (no one else may run it meanwhile).
  *
  * The job is a peer's word to the helper. The helper resolves both ranges
  * through the MR tables (shm_peer_mem: the sender's MR, and its own with
  * LOCAL_WRITE; for a READ its own with REMOTE_READ, and the reader's with
  * LOCAL_WRITE) before it takes a piece, uses its own piece size, and takes
- * a piece only by a CAS on the word that names the job (generation and
- * count): a piece it copies belongs to the job it checked, as that job
- * cannot close before the piece is done. The executor's wait is bounded:
- * if the target's process died its pieces are copied again (no one else
- * writes there now); a target that holds a piece for SHM_COPY_STALL_NS
- * breaks the connection. */
+ * pieces only by a CAS on the word that names the job (generation and
+ * ends): pieces it copies belong to the job it checked, as that job cannot
+ * close before they are done. The receive it finishes must be one of its
+ * own, posted and not yet taken by anyone else (a CAS on its slot), and
+ * its length is the job's, the bytes it copied. The executor's wait is
+ * bounded: if the target's process died the helper's pieces are copied
+ * again (no one else writes there now); a target that holds pieces for
+ * SHM_COPY_STALL_NS fails the send and breaks the connection. */
 #include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,25 +54,20 @@
  * 4 MiB, past the cache anyway: 5.3 alone, 6.7 shared) */
 #define SHM_COPY_READ_MIN (512u << 10)
 #define SHM_COPY_MAX_PIECES 0x7fffu     /* the claim word's 16-bit fields never carry */
+/* A helper's run: at most this many pieces a claim. Half of what is left
+ * alone let a helper that arrived early take 2 MiB of a 4 MiB READ, and its
+ * executor then waited for it (direct transfers at 0.58 of before); a piece
+ * a claim moved the word between the CPUs once a piece. */
+#define SHM_COPY_RUN 8u
 #define SHM_COPY_STALL_NS 1000000000ull
 
-static inline void cpu_relax(void)
+static inline uint64_t claim_word(uint32_t gen, uint32_t back, uint32_t front)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-static inline uint64_t claim_word(uint32_t gen, uint32_t pieces, uint32_t next)
-{
-    return (uint64_t)gen << 32 | (uint64_t)pieces << 16 | next;
+    return (uint64_t)gen << 32 | (uint64_t)back << 16 | front;
 }
 
 /* The pieces: SHM_COPY_PIECE bytes each, but the last SHM_COPY_PIECE bytes
- * go in quarters, so that whoever finishes first waits for at most a
- * quarter piece the other end is still copying. */
+ * go in quarters, so that the runs the two ends take meet finely. */
 #define SHM_COPY_SMALL (SHM_COPY_PIECE / 4)
 
 struct piece_plan {
@@ -80,52 +87,21 @@ static inline uint64_t pieces_of(uint64_t len)
     return p.nhead + (len - p.head + SHM_COPY_SMALL - 1) / SHM_COPY_SMALL;
 }
 
-/* Copy piece i (< pieces_of(len)); its size. */
-static uint64_t copy_piece(void *dst, const void *src, uint64_t len, uint32_t i)
+/* Where piece i (<= pieces_of(len)) starts; len for the one past the last. */
+static uint64_t piece_off(uint64_t len, uint32_t i)
 {
     struct piece_plan p = plan_of(len);
-    uint64_t off, end;
-    if (i < p.nhead) {
-        off = (uint64_t)i * SHM_COPY_PIECE;
-        end = TBRT_MIN(off + SHM_COPY_PIECE, p.head);
-    } else {
-        off = p.head + (uint64_t)(i - p.nhead) * SHM_COPY_SMALL;
-        end = TBRT_MIN(off + SHM_COPY_SMALL, len);
-    }
-    memcpy((char *)dst + off, (const char *)src + off, end - off);
-    return end - off;
+    if (i < p.nhead)
+        return (uint64_t)i * SHM_COPY_PIECE;
+    return TBRT_MIN(p.head + (uint64_t)(i - p.nhead) * SHM_COPY_SMALL, len);
 }
 
-/* Wait until others finished `theirs` pieces of the job in t's block.
- * 0, or -EBADMSG (with e->why) when the target stalls holding one. */
-static int wait_theirs(struct shm_exec *e, struct shm_copy_job *j, uint32_t theirs,
-                       const struct shm_copy_span *c)
+/* Copy pieces [i, k) (k <= pieces_of(len)), one run; their bytes. */
+static uint64_t copy_pieces(void *dst, const void *src, uint64_t len, uint32_t i, uint32_t k)
 {
-    uint64_t start = 0;
-    for (unsigned spins = 0;; spins++) {
-        if (atomic_load_explicit(&j->done, memory_order_acquire) >= theirs)
-            return 0;
-        if (spins < 256) {
-            cpu_relax();
-            continue;
-        }
-        /* a helper is copying a piece (microseconds) or was preempted
-         * holding one: let it run, and look at the clock and at it */
-        sched_yield();
-        uint64_t now = now_ns();
-        if (!start)
-            start = now;
-        if (!shm_peer_alive(e->tv->peer)) {
-            memcpy(c->dst, c->src, c->len);     /* its pieces, and everything */
-            return 0;
-        }
-        if (now - start > SHM_COPY_STALL_NS) {
-            snprintf(e->why, sizeof e->why, "peer QP 0x%x (pid %d) took pieces of a shared "
-                     "copy and did not finish them in %llu ms", e->tv->qpn, (int)e->tv->pid,
-                     (unsigned long long)(SHM_COPY_STALL_NS / 1000000));
-            return -EBADMSG;
-        }
-    }
+    uint64_t off = piece_off(len, i), end = piece_off(len, k);
+    memcpy((char *)dst + off, (const char *)src + off, end - off);
+    return end - off;
 }
 
 int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
@@ -135,8 +111,7 @@ int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
     /* only the owner publishes (one executor per target: the connected
      * QP's), and only to another context */
     if (!q || q->qp_type == IBV_QPT_UD || c->len < (c->read ? SHM_COPY_READ_MIN : SHM_COPY_MIN) ||
-        n > SHM_COPY_MAX_PIECES ||
-        shm_peer_is_self(e->tv->peer)) {
+        n > SHM_COPY_MAX_PIECES || shm_peer_is_self(e->tv->peer)) {
         memcpy(c->dst, c->src, c->len);
         return 0;
     }
@@ -150,42 +125,124 @@ int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
     j->dst_addr = c->dst_addr;
     j->len = c->len;
     j->read = c->read;
+    j->recv_index = c->recv_index;
+    j->imm = c->imm;
+    j->with_imm = c->with_imm;
     atomic_store_explicit(&j->done, 0, memory_order_relaxed);
     atomic_store_explicit(&j->claim, claim_word(gen, (uint32_t)n, 0), memory_order_release);
     /* the target's next turn looks (shm_progress: the word it polls) */
     atomic_store_explicit(&e->tv->sh->help_wanted, 1, memory_order_release);
-    uint32_t mine = 0;
+    uint32_t mine = 0, back = (uint32_t)n;
     /* at most n pieces of ours: a target that winds the word back (it is
      * in its memory) gets copies again, never a loop without end */
     while (mine < n) {
         uint64_t w = atomic_fetch_add_explicit(&j->claim, 1, memory_order_acq_rel);
         uint32_t i = (uint32_t)(w & 0xffff);
-        if (i >= n)
+        back = (uint32_t)(w >> 16) & 0xffff;
+        if (i >= back || i >= n)
             break;
-        copy_piece(c->dst, c->src, c->len, i);
+        copy_pieces(c->dst, c->src, c->len, i, i + 1);
         mine++;
     }
-    int rc = mine >= n ? 0 : wait_theirs(e, j, (uint32_t)n - mine, c);
-    /* closed: a helper's CAS on the old word fails from here on */
-    atomic_store_explicit(&j->claim, 0, memory_order_release);
     if (mine < n)
         q->copies.copies_shared++;
-    return rc;
+    uint32_t before = atomic_fetch_add_explicit(&j->done, mine, memory_order_acq_rel);
+    if (before + mine >= n) {
+        /* whole with our count: ours to finish, as any send */
+        atomic_store_explicit(&j->claim, 0, memory_order_release);
+        return 0;
+    }
+    /* the helper's count will make it whole: it finishes the receive, and
+     * we the send when we find it whole (shm_copy_resume) */
+    q->pend = (struct shm_copy_pend){
+        .active = true, .index = e->index, .gen = gen, .n = (uint32_t)n, .dst = c->dst,
+        .src = c->src, .len = c->len, .back = back < n ? back : (uint32_t)n, .read = c->read,
+        .recv_index = c->recv_index, .res = c->res};
+    return SHM_COPY_LEFT;
+}
+
+/* The executor's wait for a job left to the helper, one look: SHM_DONE
+ * (whole: the send is complete), SHM_PENDING (not yet), SHM_FAILED (the
+ * helper stalled holding pieces: e->res says so, e->why why). */
+int shm_copy_resume(struct soft_wire_qp *q, struct shm_exec *e)
+{
+    struct shm_copy_pend *p = &q->pend;
+    struct shm_copy_job *j = q->peer.copy;
+    uint32_t done = atomic_load_explicit(&j->done, memory_order_acquire);
+    bool whole = done >= p->n;
+    if (!whole && (++p->looks & 63) != 0)
+        return SHM_PENDING;     /* the clock and the peer every 64th look */
+    if (!whole) {
+        uint64_t now = now_ns();
+        if (!p->since_ns)
+            p->since_ns = now;
+        if (!shm_peer_alive(q->peer.peer)) {
+            /* its pieces, copied again (no one else writes there now);
+             * the receive is for no one */
+            memcpy((char *)p->dst + piece_off(p->len, p->back),
+                   (const char *)p->src + piece_off(p->len, p->back),
+                   p->len - piece_off(p->len, p->back));
+            whole = true;
+        } else if (now - p->since_ns > SHM_COPY_STALL_NS) {
+            snprintf(e->why, sizeof e->why, "peer QP 0x%x (pid %d) took pieces of a shared "
+                     "copy and did not finish them in %llu ms", q->peer.qpn, (int)q->peer.pid,
+                     (unsigned long long)(SHM_COPY_STALL_NS / 1000000));
+            atomic_store_explicit(&j->claim, 0, memory_order_release);
+            p->active = false;
+            shm_corrupt(q->w, "QP 0x%x: %s", q->qpn, e->why);
+            shm_mark_err(q->w, &q->peer, SOFT_WIRE_CAUSE_FATAL);
+            return shm_exec_fail(e, IBV_WC_REM_OP_ERR, SOFT_VERR_CORRUPT);
+        } else {
+            return SHM_PENDING;
+        }
+    }
+    atomic_store_explicit(&j->claim, 0, memory_order_release);
+    p->active = false;
+    return SHM_DONE;
+}
+
+/* A job we started is over whatever became of it (the QP stops or
+ * resets): no helper takes a piece of it any more. */
+void shm_copy_abandon(struct soft_wire_qp *q)
+{
+    if (!q->pend.active)
+        return;
+    if (q->peer.peer)
+        atomic_store_explicit(&q->peer.copy->claim, 0, memory_order_release);
+    q->pend.active = false;
+}
+
+/* The helper made the job whole: a SEND's receive is ours to finish, if it
+ * is one of ours that was posted and taken by nobody else (the CAS in
+ * shm_rq_finish); its length is the bytes we were asked to copy. Then the
+ * executor, which may sleep on its send CQ, hears of it. */
+static void helper_finishes(struct soft_wire_qp *q, uint64_t recv_index, uint64_t len, bool imm,
+                            uint32_t imm_data, bool read)
+{
+    if (!read && !q->stopped && len <= UINT32_MAX) {
+        struct soft_result r = {.status = IBV_WC_SUCCESS, .opcode = IBV_WC_RECV,
+                                .byte_len = (uint32_t)len, .src_qp = q->a.dest_qpn,
+                                .wc_flags = imm ? IBV_WC_WITH_IMM : 0, .imm = imm ? imm_data : 0};
+        shm_rq_finish(q->srq ? &q->srq->own : &q->rq_own, recv_index, &r, q->qpn);
+    }
+    shm_ring(q->w, q->peer.peer, q->peer.send_db, q->peer.send_dbi);
 }
 
 void shm_copy_help(struct soft_wire_qp *q)
 {
     struct shm_copy_job *j = q->self.copy;
     uint64_t w = atomic_load_explicit(&j->claim, memory_order_acquire);
-    uint32_t gen = (uint32_t)(w >> 32), n = (uint32_t)(w >> 16) & 0xffff;
-    if (!gen || (w & 0xffff) >= n || !q->peer.peer || q->stopped)
+    uint32_t gen = (uint32_t)(w >> 32);
+    if (!gen || (w & 0xffff) >= ((w >> 16) & 0xffff) || !q->peer.peer || q->stopped)
         return;
     /* the job's words, read once, as the job the claim word named (a job
      * that closed meanwhile makes the CAS below fail) */
-    uint32_t src_key = j->src_key, dst_key = j->dst_key;
+    uint32_t src_key = j->src_key, dst_key = j->dst_key, imm = j->imm;
     uint64_t src_addr = j->src_addr, dst_addr = j->dst_addr, len = j->len;
-    bool read = j->read != 0;
-    if (!len || pieces_of(len) != n)
+    uint64_t recv_index = j->recv_index;
+    bool read = j->read != 0, with_imm = j->with_imm != 0;
+    uint64_t n = len ? pieces_of(len) : 0;
+    if (!n || n > SHM_COPY_MAX_PIECES)
         return;
     void *src, *dst;
     char why[TBRT_WHY_MAX];
@@ -199,16 +256,23 @@ void shm_copy_help(struct soft_wire_qp *q)
                      sizeof why))
         return;                 /* not for us to copy: the executor does it all */
     for (;;) {
-        if ((uint32_t)(w >> 32) != gen || ((uint32_t)(w >> 16) & 0xffff) != n ||
-            (w & 0xffff) >= n)
+        uint32_t front = (uint32_t)(w & 0xffff), back = (uint32_t)(w >> 16) & 0xffff;
+        if ((uint32_t)(w >> 32) != gen || back > n || front >= back)
             return;
-        if (!atomic_compare_exchange_weak_explicit(&j->claim, &w, w + 1, memory_order_acq_rel,
-                                                   memory_order_acquire))
+        /* half of what is left, from the back (the executor takes the
+         * front), at most SHM_COPY_RUN pieces */
+        uint32_t k = TBRT_MIN((back - front + 1) / 2, SHM_COPY_RUN);
+        if (!atomic_compare_exchange_weak_explicit(&j->claim, &w, claim_word(gen, back - k, front),
+                                                   memory_order_acq_rel, memory_order_acquire))
             continue;
-        uint64_t got = copy_piece(dst, src, len, (uint32_t)(w & 0xffff));
-        atomic_fetch_add_explicit(&j->done, 1, memory_order_release);
-        q->copies.pieces_helped++;
+        uint64_t got = copy_pieces(dst, src, len, back - k, back);
+        q->copies.pieces_helped += k;
         q->copies.bytes_helped += got;
-        w++;
+        uint32_t before = atomic_fetch_add_explicit(&j->done, k, memory_order_acq_rel);
+        if (before < n && before + k >= n) {
+            helper_finishes(q, recv_index, len, with_imm, imm, read);
+            return;
+        }
+        w = atomic_load_explicit(&j->claim, memory_order_acquire);
     }
 }

@@ -70,9 +70,11 @@ static int gather(struct shm_exec *e, struct shm_swr *slot, const struct shm_swr
     return 0;
 }
 
-/* Copy the message of w into the receive r of the target. */
+/* Copy the message of w into the receive r (number c) of the target: 0,
+ * SHM_COPY_LEFT (a large one the target finishes: shm_copy.c; res is the
+ * receive's result then), or -errno with *verr. */
 static int scatter(struct shm_exec *e, const struct shm_swr *w, void **src, const struct shm_rqe *r,
-                   uint64_t skip, uint32_t *verr)
+                   uint64_t c, const struct soft_result *res, uint64_t skip, uint32_t *verr)
 {
     uint32_t si = 0;
     uint64_t soff = 0, left = w->total;
@@ -97,16 +99,14 @@ static int scatter(struct shm_exec *e, const struct shm_swr *w, void **src, cons
                                    : SOFT_VERR_LKEY;
             return rc;
         }
-        if (!inl && w->num_sge == 1 && r->num_sge == 1 && take == w->total) {
+        if (!inl && w->num_sge == 1 && r->num_sge == 1 && take == w->total && res) {
             /* one piece to one place: the copy a target may share */
-            struct shm_copy_span c = {.dst = dst, .src = src[0], .len = take,
+            struct shm_copy_span s = {.dst = dst, .src = src[0], .len = take,
                                       .src_addr = w->sge[0].addr, .dst_addr = daddr,
-                                      .src_key = w->sge[0].lkey, .dst_key = d->lkey};
-            if (shm_copy_run(e, &c)) {
-                *verr = SOFT_VERR_CORRUPT;
-                return -EBADMSG;
-            }
-            return 0;
+                                      .src_key = w->sge[0].lkey, .dst_key = d->lkey,
+                                      .with_imm = res->wc_flags & IBV_WC_WITH_IMM,
+                                      .imm = res->imm, .recv_index = c, .res = *res};
+            return shm_copy_run(e, &s);
         }
         uint64_t doff = 0;
         while (doff < take) {
@@ -445,9 +445,7 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
                                       .src_addr = w->remote_addr, .dst_addr = w->sge[0].addr,
                                       .src_key = w->rkey, .dst_key = w->sge[0].lkey,
                                       .read = true};
-            if (shm_copy_run(e, &c))
-                return shm_exec_broken(e, true, "%s", e->why);
-            return SHM_DONE;
+            return shm_copy_run(e, &c) == SHM_COPY_LEFT ? SHM_PENDING : SHM_DONE;
         }
         for (uint32_t i = 0; i < (inl ? 1 : w->num_sge); i++) {
             uint64_t n = inl ? w->total : w->sge[i].length;
@@ -498,8 +496,14 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
             recv_done(e, c, &res, data, (uint32_t)w->total);
             return SHM_DONE;
         }
+        struct soft_result sres = {.status = IBV_WC_SUCCESS, .opcode = IBV_WC_RECV,
+                                   .byte_len = (uint32_t)w->total, .src_qp = e->sv->qpn,
+                                   .wc_flags = imm ? IBV_WC_WITH_IMM : 0,
+                                   .imm = imm ? w->imm_data : 0};
         uint32_t verr = 0;
-        int src_rc = scatter(e, w, src, &r, 0, &verr);
+        int src_rc = scatter(e, w, src, &r, c, &sres, 0, &verr);
+        if (src_rc == SHM_COPY_LEFT)
+            return SHM_PENDING;         /* the target finishes its receive */
         if (src_rc == -EBADMSG) {
             recv_err(e, c, IBV_WC_LOC_QP_OP_ERR, SOFT_VERR_CORRUPT);
             return shm_exec_broken(e, true, "%s", e->why);
@@ -583,9 +587,9 @@ int shm_deliver_ud(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
     soft_grh_build(grh, w->sgid, w->dgid, (uint32_t)w->total);
     void *hp[1] = {grh};
     uint32_t verr = 0;
-    int src_rc = scatter(e, &hdr, hp, &r, 0, &verr);
+    int src_rc = scatter(e, &hdr, hp, &r, c, NULL, 0, &verr);
     if (src_rc == 0 && w->total)
-        src_rc = scatter(e, w, src, &r, GRH, &verr);
+        src_rc = scatter(e, w, src, &r, c, NULL, GRH, &verr);
     if (src_rc == 0) {
         bool imm = w->opcode == IBV_WR_SEND_WITH_IMM;
         bool v4 = soft_gid_ipv4(w->sgid) && soft_gid_ipv4(w->dgid);

@@ -212,6 +212,7 @@ static int shm_qp_create(struct soft_wire *w, const struct soft_wire_qp_init *in
 static void shm_qp_destroy(struct soft_wire_qp *q)
 {
     struct soft_wire *w = q->w;
+    shm_copy_abandon(q);
     shm_copy_counts_add(&w->copies_retired, &q->copies);
     shm_slot_free(w, q->qpn);
     atomic_store(&q->sh->state, IBV_QPS_RESET);
@@ -226,9 +227,14 @@ static void shm_qp_destroy(struct soft_wire_qp *q)
 }
 
 /* Take the send queue's lock even from a peer that is running it right now
- * (it lets go within one send), bounded. */
+ * (it lets go within one send), bounded. Held already while a copy of ours
+ * waits for its helper: that copy is over. */
 static bool sq_lock_wait(struct soft_wire_qp *q)
 {
+    if (q->pend.active) {
+        shm_copy_abandon(q);
+        return true;
+    }
     uint64_t until = now_ns() + 100000000ull;
     while (!shm_sq_lock(q->w, q->sh, true))
         if (now_ns() > until)
