@@ -14,6 +14,7 @@ local H = require("helpers")
 local N = require("netns")
 local E = require("soft_ends")
 local cjson = require("cjson")
+local task = require("tbrt.task")
 
 local function heavy_skip()
   if os.getenv("TBRT_ASAN") then
@@ -247,6 +248,35 @@ describe("soft device between network namespaces (UDP wire)", function()
       assert.equal("RDMA_READ", got[2].opcode)
       assert.same({ 0x77, 0x77 }, a:must{ op = "peek", buf = "send", off = 2998, len = 2 }.bytes)
     end)
+
+    it("a receiver that exits right after its receive has acknowledged it: the send succeeds",
+      function()
+        if why then return pending(why) end
+        -- an ACK asked for in a turn may wait for the receiver's next turn
+        -- (to go in one batch with its answer); the exit, with the device
+        -- still open, is the last turn there is. 67 ms x 2 tries: a lost ACK
+        -- would end in IBV_WC_RETRY_EXC_ERR well within the poll's bound.
+        ends{ type = "RC", timeout = 14, retry_cnt = 1 }
+        for round = 1, 3 do
+          b:must{ op = "post_recv", len = 64 }
+          a:must{ op = "post_send", len = 64 }
+          local w = b:must{ op = "poll" }.wcs[1]
+          assert.equal("IBV_WC_SUCCESS", w.status, "round " .. round)
+          assert.equal("IBV_WC_SUCCESS", a:must{ op = "poll", timeout = 5 }.wcs[1].status)
+        end
+        b:must{ op = "post_recv", len = 64 }
+        -- b polls (its own turns take the packet) for its last receive, then
+        -- exits at once (exit(0), its device open); a sends meanwhile
+        local n = #b.lines
+        b.inp:write(cjson.encode{ op = "poll_exit", timeout = 5 } .. "\n")
+        task.sleep(0.2)
+        a:must{ op = "post_send", len = 64 }
+        assert(task.wait(function() return #b.lines > n end, 10), "b: no reply")
+        local r = cjson.decode(b.lines[n + 1])
+        assert.equal("IBV_WC_SUCCESS", r.wcs and r.wcs[1] and r.wcs[1].status, cjson.encode(r))
+        local s = a:must({ op = "poll", timeout = 5 }, 10).wcs[1]
+        assert.equal("IBV_WC_SUCCESS", s and s.status, cjson.encode(s or {}))
+      end)
 
     it("UD across the cable: the GRH holds the sender's IPv4 header", function()
       if why then return pending(why) end

@@ -310,6 +310,7 @@ struct soft_wire_qp {
     /* responder */
     uint32_t epsn, msn;
     bool nak_sent, ack_due;
+    bool ack_fresh;             /* ack_due came with a packet of this very turn */
     bool in_send;               /* the message being received is a SEND (it holds a receive) */
     uint64_t nak_ns;            /* when the last NAK went */
     uint64_t adv_limit;         /* RC credits: the receive index our last ACK let the peer reach */
@@ -367,6 +368,8 @@ void udp_ep_sleepers(struct udp_ep *ep, int delta);
 /* The helper's turn for a wire (ep locked): the next deadline, 1 when more
  * is to be sent at once, 0 none (udp_wire.c). */
 uint64_t udp_wire_turn(struct soft_wire *w);
+/* Every ACK its QPs hold, sent now (ep locked). */
+void udp_wire_send_held(struct soft_wire *w);
 /* The earliest due time of held packets (0: none). */
 uint64_t udp_ep_next_due(struct udp_ep *ep);
 int udp_ep_fds(struct udp_ep *ep, int *fds, int max);
@@ -402,7 +405,14 @@ uint32_t udp_credit_count(uint8_t code);
 /* udp_resp.c: the responder's side */
 void udp_resp_recv(struct soft_wire_qp *q, const struct udp_pkt *p, const struct udp_path *from);
 /* ACKs due, READ responses, credits: what the responder has to send. */
-void udp_resp_transmit(struct soft_wire_qp *q);
+/* The responder's packets (READ responses, the ACK, credits). hold: an ACK
+ * that a packet of this turn asked for may wait for the next turn of this
+ * thread, which sends it in one batch with whatever that turn sends (the
+ * answer a ping-pong's reply posts): one system call fewer per message. */
+void udp_resp_transmit(struct soft_wire_qp *q, bool hold);
+/* An ACK held for the next turn goes now (the QP changes or goes, the
+ * process exits: no next turn may come). */
+void udp_resp_send_held(struct soft_wire_qp *q);
 uint64_t udp_resp_deadline(const struct soft_wire_qp *q);
 void udp_resp_reset(struct soft_wire_qp *q);
 

@@ -34,7 +34,7 @@ void udp_resp_reset(struct soft_wire_qp *q)
 {
     q->epsn = q->a.rq_psn & UDP_PSN_MASK;
     q->msn = 0;
-    q->nak_sent = q->ack_due = false;
+    q->nak_sent = q->ack_due = q->ack_fresh = false;
     q->in_msg = q->recv_bad = q->in_send = false;
     q->adv_limit = 0;
     q->rq_next = q->rq_prod;
@@ -332,6 +332,7 @@ static void rc_recv(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned f)
     q->epsn = (q->epsn + 1) & UDP_PSN_MASK;
     if (p->ackreq) {
         q->ack_due = true;
+        q->ack_fresh = true;
         q->ack_psn = p->psn;
     }
 }
@@ -431,7 +432,15 @@ static bool credits_due(const struct soft_wire_qp *q)
 }
 
 /* READ responses of the oldest job, then the coalesced ACK, then credits. */
-void udp_resp_transmit(struct soft_wire_qp *q)
+void udp_resp_send_held(struct soft_wire_qp *q)
+{
+    if (q->ack_due && !q->stopped && (q->a.state == IBV_QPS_RTR || q->a.state == IBV_QPS_RTS)) {
+        q->ack_due = q->ack_fresh = false;
+        send_aeth(q, q->ack_psn, UDP_AETH_ACK);
+    }
+}
+
+void udp_resp_transmit(struct soft_wire_qp *q, bool hold)
 {
     if (q->stopped || (q->a.state != IBV_QPS_RTR && q->a.state != IBV_QPS_RTS))
         return;
@@ -474,10 +483,11 @@ void udp_resp_transmit(struct soft_wire_qp *q)
         q->ack_due = true;
         q->ack_psn = (q->epsn - 1) & UDP_PSN_MASK;
     }
-    if (q->ack_due) {
+    if (q->ack_due && !(hold && q->ack_fresh)) {
         q->ack_due = false;
         send_aeth(q, q->ack_psn, UDP_AETH_ACK);
     }
+    q->ack_fresh = false;       /* held once at most: the next turn sends it */
     if (q->credit_flow && q->a.state == IBV_QPS_RTS) {
         uint32_t posted = (uint32_t)q->rq_prod - q->rq_base;
         uint64_t now = q->w->now;

@@ -316,6 +316,8 @@ static void udp_qp_destroy(struct soft_wire_qp *q)
 {
     struct soft_wire *w = q->w;
     udp_ep_lock(w->ep);
+    udp_resp_send_held(q);
+    udp_ep_flush(w->ep);
     udp_srq_release(q, true);
     udp_ep_qp_del(w->ep, q);
     for (struct soft_wire_qp **pp = &w->qps; *pp; pp = &(*pp)->next)
@@ -396,6 +398,8 @@ static void udp_qp_modify(struct soft_wire_qp *q, const struct soft_wire_qp_attr
 {
     struct soft_wire *w = q->w;
     udp_ep_lock(w->ep);
+    udp_resp_send_held(q);      /* for what arrived in its old state */
+    udp_ep_flush(w->ep);
     uint32_t old = q->a.state;
     q->a = *a;
     if (q->mtu && q->mtu < a->mtu && a->state != IBV_QPS_RESET)
@@ -535,8 +539,10 @@ static int udp_send_done(struct soft_wire_qp *q, uint64_t index, struct soft_res
 
 /* One turn of the wire (ep locked): what arrived, timers, what to send.
  * Returns whether more waits to be sent than a turn sends; *next is the
- * earliest deadline (0: none). */
-static bool turn(struct soft_wire *w, uint64_t *next)
+ * earliest deadline (0: none). hold: an owner's turn, which may leave an
+ * ACK asked for in it to its next (udp_resp_transmit); the helper's turns
+ * never do (the owner has stopped taking turns). */
+static bool turn(struct soft_wire *w, uint64_t *next, bool hold)
 {
     w->now = now_ns();
     udp_ep_poll(w);
@@ -547,7 +553,7 @@ static bool turn(struct soft_wire *w, uint64_t *next)
             continue;
         udp_req_timers(q);
         udp_req_transmit(q);
-        udp_resp_transmit(q);
+        udp_resp_transmit(q, hold);
         uint64_t d = udp_req_deadline(q), e = udp_resp_deadline(q);
         if (e == 1 || udp_req_ready(q)) {
             again = true;       /* more to send than one turn sends */
@@ -583,12 +589,19 @@ static void debug_dump(struct soft_wire *w)
                 (unsigned long long)q->st.pkts_sent);
 }
 
+void udp_wire_send_held(struct soft_wire *w)
+{
+    for (struct soft_wire_qp *q = w->qps; q; q = q->next)
+        udp_resp_send_held(q);
+    udp_ep_flush(w->ep);
+}
+
 /* The endpoint's helper thread takes a turn for a wire whose owner has
  * not (udp_ep.c): results wake the owner's CQs. */
 uint64_t udp_wire_turn(struct soft_wire *w)
 {
     uint64_t next;
-    bool again = turn(w, &next);
+    bool again = turn(w, &next, false);
     return again ? 1 : next;
 }
 
@@ -596,7 +609,7 @@ static int udp_progress(struct soft_wire *w, struct soft_wire_event *ev, int max
 {
     udp_ep_lock(w->ep);
     uint64_t next;
-    turn(w, &next);         /* what is left, and the deadlines: the helper's */
+    turn(w, &next, true);   /* what is left, and the deadlines: the helper's */
     udp_ep_turned(w->ep, w->now);
     if (TBRT_UNLIKELY(udp_debug >= 2))
         debug_dump(w);
