@@ -191,6 +191,34 @@ describe("soft device: a large send's copy shared with its target", function()
       E.close(a, b)
     end))
 
+  it("holds the send while its target is stopped holding pieces, and fails it once it runs",
+    L.async(function()
+      local a, b, thief = hostile_target("take-piece", 30000)
+      -- the pieces are the thief's, but the target's process is the one looked
+      -- at: stopped (SIGSTOP), it is alive and not progressing, and the send
+      -- waits past the 1 s bound; running again, the bound applies
+      local held
+      for _ = 1, 20 do
+        b:must{ op = "post_recv", len = 4 * MIB }
+        b.proc:kill("sigstop")
+        a:must({ op = "post_send", len = 4 * MIB }, 30)
+        local r = a:must({ op = "poll", n = 1, timeout = 1.6 }, 30)
+        if #r.wcs == 0 then held = true break end
+        b.proc:kill("sigcont")      -- the thief missed this one: again
+        assert.equal("IBV_WC_SUCCESS", r.wcs[1].status, cjson.encode(r))
+      end
+      assert.is_true(held, "the thief never took a piece")
+      b.proc:kill("sigcont")
+      local t0 = H.now()
+      local r = a:must({ op = "poll", n = 1, timeout = 5 }, 30)
+      assert.equal(1, #r.wcs, "the send did not end once its target ran again")
+      assert.are_not.equal("IBV_WC_SUCCESS", r.wcs[1].status)
+      assert.truthy(tostring(r.wcs[1].why):find("did not finish them", 1, true), cjson.encode(r))
+      assert.is_true(H.now() - t0 < 4, "it took " .. (H.now() - t0) .. " s after the target ran")
+      assert.equal(0, thief:wait(5).code)
+      E.close(a, b)
+    end))
+
   it("ends the send of a sender whose target winds its claim word back, after the copy's pieces",
     L.async(function()
       local a, b, winder = hostile_target("rewind-pieces", 1500)

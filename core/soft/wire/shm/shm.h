@@ -220,7 +220,10 @@ struct shm_swr {
     uint32_t flags;             /* SOFT_SEND_* */
     /* the executor's state across tries */
     int32_t rnr_count;
-    uint32_t pad;
+    /* delivered but for the pieces of its copy that the target's process
+     * took (shm_copy.c): that job's generation; 0: none. Whoever runs the
+     * queue next completes it once the job is whole. */
+    uint32_t copy_gen;
     uint64_t first_try_ns;      /* RC: first try without an answer */
     uint64_t next_try_ns;       /* RC: after an RNR NAK */
     union {
@@ -264,23 +267,18 @@ struct shm_copy_job {
     SHM_OWN_LINE _Atomic uint32_t done;
 };
 
-/* A shared copy its executor left to its helper to finish (shm_copy.c):
- * the owner's record of it, in process memory. */
+/* The owner's record of the last job it left for its helper to make
+ * whole (shm_copy.c), in process memory: to bound the wait, and to copy
+ * the helper's pieces again if it dies. */
 struct shm_copy_pend {
-    bool active;
-    uint64_t index;             /* the send at the queue's head */
     uint32_t gen, n;
-    uint64_t since_ns;          /* when it was left (0: not yet read the clock) */
+    uint64_t since_ns;          /* when it was first found not whole (0: not yet) */
     unsigned looks;
-    /* for copying it again if the helper dies: the span and the helper's
-     * end of it (pieces [back, n)) */
+    /* the span and the helper's end of it (pieces [back, n)) */
     void *dst;
     const void *src;
     uint64_t len;
     uint32_t back;
-    bool read;
-    uint64_t recv_index;        /* a SEND: the target's receive */
-    struct soft_result res;     /* and its result */
 };
 
 /* The shared half of a queue pair: state, receive queue, send queue. */
@@ -531,7 +529,7 @@ struct soft_wire_qp {
     unsigned alive_tick;        /* look at the clock every 64th send */
     struct soft_path_memo path; /* its ports last found up (shm_deliver.c: path_up) */
     uint32_t copy_gen;          /* the last shared copy's job we published (shm_copy.c) */
-    struct shm_copy_pend pend;  /* and the one left to its helper, if any */
+    struct shm_copy_pend pend;  /* and the last one it left to its helper */
     struct shm_copy_counts copies;
 };
 
@@ -564,6 +562,9 @@ void shm_peers_close(struct soft_wire *w);
 int shm_view_lookup(struct soft_wire *w, uint32_t qpn, struct shm_view *v, char *why,
                     size_t whylen);
 bool shm_peer_alive(struct shm_peer *peer);
+/* Is the peer's process stopped (SIGSTOP, a debugger)? A look at /proc:
+ * for the slow path only. */
+bool shm_peer_stopped(struct shm_peer *peer);
 bool shm_peer_is_self(struct shm_peer *peer);
 /* Pointer to `off` inside the peer context (off < SHM_CTX_SIZE, checked by
  * the caller). */
@@ -672,6 +673,7 @@ struct shm_exec {
     uint64_t now;                   /* 0 until needed: the clock is not free */
     uint64_t wake_ns;               /* SHM_WAIT on a timer: when to try again (0: none) */
     uint64_t index;                 /* the send being run */
+    uint64_t tail;                  /* and where the sends posted end */
     struct soft_result res;         /* and how it finished */
     bool peer_bad;                  /* the connected peer's lookup found a bad value */
     char why[TBRT_WHY_MAX];         /* last: not cleared per send (exec_init) */
@@ -697,8 +699,8 @@ int shm_deliver_ud(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w);
  * dst_addr). Large ones the owner's executor shares with the target's
  * process. 0: copied (the caller finishes the send as any); SHM_COPY_LEFT:
  * the target's process copies the rest and finishes the receive (a SEND's
- * recv_index, with res), the send waits in e->local->pend for
- * shm_copy_resume. */
+ * recv_index, with res); the send stays at the head of its queue, marked
+ * with the job's generation (e->local->pend.gen), for shm_copy_pending. */
 struct shm_copy_span {
     void *dst;
     const void *src;
@@ -712,10 +714,11 @@ struct shm_copy_span {
 };
 #define SHM_COPY_LEFT 1
 int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c);
-/* The owner's look at the copy it left (q->pend): SHM_DONE (the send is
- * complete), SHM_PENDING, or SHM_FAILED (e->res and e->why say why). */
-int shm_copy_resume(struct soft_wire_qp *q, struct shm_exec *e);
-/* The QP stops or resets: the copy it left is over. */
+/* The send at the head of the queue being run waits for its copy's job
+ * gen (in e->tv's block) to be whole: SHM_DONE (it is: the send is
+ * complete), SHM_WAIT, or SHM_FAILED (its owner's bound: e->res, e->why). */
+int shm_copy_pending(struct shm_exec *e, uint32_t gen);
+/* The QP stops or resets: no helper takes pieces of its job any more. */
 void shm_copy_abandon(struct soft_wire_qp *q);
 /* Our receiving QP q's turn: take pieces of a copy its peer shares. */
 void shm_copy_help(struct soft_wire_qp *q);

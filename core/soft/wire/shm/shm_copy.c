@@ -35,10 +35,13 @@
  * ends): pieces it copies belong to the job it checked, as that job cannot
  * close before they are done. The receive it finishes must be one of its
  * own, posted and not yet taken by anyone else (a CAS on its slot), and
- * its length is the job's, the bytes it copied. The executor's wait is
- * bounded: if the target's process died the helper's pieces are copied
- * again (no one else writes there now); a target that holds pieces for
- * SHM_COPY_STALL_NS fails the send and breaks the connection. */
+ * its length is the job's, the bytes it copied. The wait for a helper's
+ * pieces is bounded: if the target's process died they are copied again
+ * (no one else writes there now); a target that runs but holds pieces for
+ * SHM_COPY_STALL_NS fails the send and breaks the connection; one that is
+ * stopped holds the send until it runs again (its pieces cannot be copied
+ * again meanwhile: it would write them over whatever the receive holds by
+ * then), as a receiver that does not post holds a SEND. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -153,63 +156,94 @@ int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
         return 0;
     }
     /* the helper's count will make it whole: it finishes the receive, and
-     * we the send when we find it whole (shm_copy_resume) */
-    q->pend = (struct shm_copy_pend){
-        .active = true, .index = e->index, .gen = gen, .n = (uint32_t)n, .dst = c->dst,
-        .src = c->src, .len = c->len, .back = back < n ? back : (uint32_t)n, .read = c->read,
-        .recv_index = c->recv_index, .res = c->res};
+     * whoever runs the queue next finds the job whole and completes the
+     * send (shm_copy_pending) */
+    q->pend = (struct shm_copy_pend){.gen = gen, .n = (uint32_t)n, .dst = c->dst, .src = c->src,
+                                     .len = c->len, .back = back < n ? back : (uint32_t)n};
     return SHM_COPY_LEFT;
 }
 
-/* The executor's wait for a job left to the helper, one look: SHM_DONE
- * (whole: the send is complete), SHM_PENDING (not yet), SHM_FAILED (the
- * helper stalled holding pieces: e->res says so, e->why why). */
-int shm_copy_resume(struct soft_wire_qp *q, struct shm_exec *e)
+/* Sends queue behind a send whose copy its helper is finishing: how long
+ * the owner waits for the helper's last run (at most SHM_COPY_RUN pieces,
+ * being copied) before it leaves them to the target's next turn. So the
+ * next send, posted while the helper copies, still shares its copy. */
+#define SHM_COPY_CATCH_NS 200000ull
+
+static inline void cpu_relax(void)
 {
-    struct shm_copy_pend *p = &q->pend;
-    struct shm_copy_job *j = q->peer.copy;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+int shm_copy_pending(struct shm_exec *e, uint32_t gen)
+{
+    struct shm_copy_job *j = e->tv->copy;
+    uint64_t w = atomic_load_explicit(&j->claim, memory_order_acquire);
+    if ((uint32_t)(w >> 32) != gen)
+        return SHM_DONE;        /* no such job open (abandoned): nothing to wait for */
+    struct soft_wire_qp *q = e->local;
+    struct shm_copy_pend *p = q && q->pend.gen == gen ? &q->pend : NULL;
+    /* whole by the owner's count; a peer running the queue goes by the
+     * job's words in its own block (a sender that lies there only ends its
+     * own send early) */
+    uint64_t len = j->len, n = p ? p->n : (len ? pieces_of(len) : 0);
     uint32_t done = atomic_load_explicit(&j->done, memory_order_acquire);
-    bool whole = done >= p->n;
-    if (!whole && (++p->looks & 63) != 0)
-        return SHM_PENDING;     /* the clock and the peer every 64th look */
-    if (!whole) {
-        uint64_t now = now_ns();
-        if (!p->since_ns)
-            p->since_ns = now;
-        if (!shm_peer_alive(q->peer.peer)) {
-            /* its pieces, copied again (no one else writes there now);
-             * the receive is for no one */
-            memcpy((char *)p->dst + piece_off(p->len, p->back),
-                   (const char *)p->src + piece_off(p->len, p->back),
-                   p->len - piece_off(p->len, p->back));
-            whole = true;
-        } else if (now - p->since_ns > SHM_COPY_STALL_NS) {
-            snprintf(e->why, sizeof e->why, "peer QP 0x%x (pid %d) took pieces of a shared "
-                     "copy and did not finish them in %llu ms", q->peer.qpn, (int)q->peer.pid,
-                     (unsigned long long)(SHM_COPY_STALL_NS / 1000000));
-            atomic_store_explicit(&j->claim, 0, memory_order_release);
-            p->active = false;
-            shm_corrupt(q->w, "QP 0x%x: %s", q->qpn, e->why);
-            shm_mark_err(q->w, &q->peer, SOFT_WIRE_CAUSE_FATAL);
-            return shm_exec_fail(e, IBV_WC_REM_OP_ERR, SOFT_VERR_CORRUPT);
-        } else {
-            return SHM_PENDING;
+    bool more = e->tail > e->index + 1;
+    if (done < n && p && more) {
+        /* the owner with sends to run: its helper's run ends in microseconds */
+        uint64_t until = now_ns() + SHM_COPY_CATCH_NS;
+        for (unsigned spins = 1; done < n; spins++) {
+            cpu_relax();
+            done = atomic_load_explicit(&j->done, memory_order_acquire);
+            if ((spins & 63) == 0 && now_ns() > until)
+                break;
         }
     }
+    if (done >= n) {
+        atomic_store_explicit(&j->claim, 0, memory_order_release);
+        return SHM_DONE;
+    }
+    /* sends wait behind it: the target's next turn runs the queue once it
+     * has finished its pieces, whether or not the owner calls in again */
+    if (p && more)
+        atomic_store_explicit(&e->tv->sh->help_wanted, 1, memory_order_release);
+    if (!p || (++p->looks & 63) != 0)
+        return SHM_WAIT;        /* the clock and the helper every 64th look */
+    uint64_t now = shm_exec_now(e);
+    if (!p->since_ns)
+        p->since_ns = now;
+    if (!shm_peer_alive(e->tv->peer)) {
+        /* its pieces, copied again (no one else writes there now); the
+         * receive is for no one */
+        uint64_t off = piece_off(p->len, p->back);
+        memcpy((char *)p->dst + off, (const char *)p->src + off, p->len - off);
+        atomic_store_explicit(&j->claim, 0, memory_order_release);
+        return SHM_DONE;
+    }
+    if (now - p->since_ns <= SHM_COPY_STALL_NS)
+        return SHM_WAIT;
+    if (shm_peer_stopped(e->tv->peer)) {
+        /* stopped holding pieces: alive, not progressing; it finishes them
+         * when it runs again (the send waits, as for a receive it has not
+         * posted; a caller's wait ends at its own bound) */
+        p->since_ns = now;
+        return SHM_WAIT;
+    }
     atomic_store_explicit(&j->claim, 0, memory_order_release);
-    p->active = false;
-    return SHM_DONE;
+    return shm_exec_broken(e, true, "peer QP 0x%x (pid %d) took pieces of a shared copy and "
+                           "did not finish them in %llu ms", e->tv->qpn, (int)e->tv->pid,
+                           (unsigned long long)(SHM_COPY_STALL_NS / 1000000));
 }
 
 /* A job we started is over whatever became of it (the QP stops or
  * resets): no helper takes a piece of it any more. */
 void shm_copy_abandon(struct soft_wire_qp *q)
 {
-    if (!q->pend.active)
-        return;
     if (q->peer.peer)
         atomic_store_explicit(&q->peer.copy->claim, 0, memory_order_release);
-    q->pend.active = false;
 }
 
 /* The helper made the job whole: a SEND's receive is ours to finish, if it

@@ -398,6 +398,8 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
             return no_peer(e, slot, w);
         }
     }
+    if (TBRT_UNLIKELY(w->copy_gen))
+        return shm_copy_pending(e, w->copy_gen);    /* delivered: its copy's job */
     if (!path_up(e))
         return e->local ? no_peer(e, slot, w) : SHM_SKIP;
     if (w->next_try_ns && shm_exec_now(e) < w->next_try_ns) {
@@ -445,7 +447,10 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
                                       .src_addr = w->remote_addr, .dst_addr = w->sge[0].addr,
                                       .src_key = w->rkey, .dst_key = w->sge[0].lkey,
                                       .read = true};
-            return shm_copy_run(e, &c) == SHM_COPY_LEFT ? SHM_PENDING : SHM_DONE;
+            if (shm_copy_run(e, &c) != SHM_COPY_LEFT)
+                return SHM_DONE;
+            slot->copy_gen = e->local->pend.gen;   /* complete once the job is whole */
+            return SHM_PENDING;
         }
         for (uint32_t i = 0; i < (inl ? 1 : w->num_sge); i++) {
             uint64_t n = inl ? w->total : w->sge[i].length;
@@ -502,8 +507,11 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
                                    .imm = imm ? w->imm_data : 0};
         uint32_t verr = 0;
         int src_rc = scatter(e, w, src, &r, c, &sres, 0, &verr);
-        if (src_rc == SHM_COPY_LEFT)
-            return SHM_PENDING;         /* the target finishes its receive */
+        if (src_rc == SHM_COPY_LEFT) {
+            /* the target finishes its receive; the send, once the job is whole */
+            slot->copy_gen = e->local->pend.gen;
+            return SHM_PENDING;
+        }
         if (src_rc == -EBADMSG) {
             recv_err(e, c, IBV_WC_LOC_QP_OP_ERR, SOFT_VERR_CORRUPT);
             return shm_exec_broken(e, true, "%s", e->why);

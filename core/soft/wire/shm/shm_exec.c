@@ -202,6 +202,7 @@ static uint64_t run(struct shm_exec *e, uint64_t tail)
                                   : atomic_load_explicit(&sh->state, memory_order_relaxed) ==
                                         IBV_QPS_RTS)) {
         e->index = h;
+        e->tail = tail;
         uint32_t si = (uint32_t)(h & (sv->sq_cap - 1));
         struct shm_swr *slot = &sv->sq[si];
         struct shm_swr w;
@@ -215,10 +216,8 @@ static uint64_t run(struct shm_exec *e, uint64_t tail)
         else
             r = sv->qp_type == IBV_QPT_UD ? shm_deliver_ud(e, slot, &w)
                                           : shm_deliver_connected(e, slot, &w);
-        if (r == SHM_WAIT || r == SHM_SKIP || r == SHM_BROKEN)
-            break;
-        if (r == SHM_PENDING)
-            return h - h0;      /* its copy's helper finishes it: the queue stays ours */
+        if (r == SHM_WAIT || r == SHM_SKIP || r == SHM_BROKEN || r == SHM_PENDING)
+            break;              /* PENDING: delivered but for its copy's helper's pieces */
         /* the result, then the head: the owner reaps what the head passed */
         slot->res = (struct shm_sres){.stamp = soft_stamp(), .status = e->res.status,
                                       .vendor_err = e->res.vendor_err};
@@ -257,58 +256,26 @@ static void exec_init(struct shm_exec *e, struct soft_wire *w, struct shm_view *
     e->sv = sv;
 }
 
-/* The send at the head, whose copy its helper was to finish, is complete
- * (or failed: r): its result, then the head, as run() does. False when it
- * failed (the queue is unlocked and stopped). */
-static bool pend_done(struct shm_exec *e, int r)
-{
-    struct soft_wire_qp *q = e->local;
-    struct shm_qp_block *sh = q->sh;
-    uint64_t h = q->pend.index;
-    struct shm_swr *slot = &q->self.sq[h & (q->sq_cap - 1)];
-    slot->res = (struct shm_sres){.stamp = soft_stamp(), .status = e->res.status,
-                                  .vendor_err = e->res.vendor_err};
-    atomic_store_explicit(&sh->sq_head, h + 1, memory_order_release);
-    if (r != SHM_FAILED)
-        return true;
-    shm_sq_unlock(sh);
-    shm_qp_stop(q);
-    q->events |= SHM_EV_ERR;
-    return false;
-}
-
 void shm_sq_run_own(struct soft_wire_qp *q)
 {
     if (atomic_load_explicit(&q->sh->sq_head, memory_order_relaxed) == q->sq_tail || q->stopped)
         return;
-    struct shm_exec e;
-    exec_init(&e, q->w, &q->self);
-    e.local = q;
-    e.rnr_retry = q->a.rnr_retry;
-    e.port = q->a.port;
-    e.dev_index = (uint8_t)q->w->cfg.dev_index;
-    uint64_t finished = 0;
-    if (q->pend.active) {
-        /* the queue is ours while a helper finishes the head's copy */
-        int r = shm_copy_resume(q, &e);
-        if (r == SHM_PENDING)
-            return;
-        finished = 1;
-        if (!pend_done(&e, r)) {
-            shm_ring(q->w, q->w->self, q->self.send_db, q->self.send_dbi);
-            return;
-        }
-        e.res = (struct soft_result){.status = IBV_WC_SUCCESS};
-    } else if (!own_lock(q)) {
+    if (!own_lock(q)) {
         /* the other end is running it, and looks at our tail again after
          * unlocking (shm_sq_run_peer); or it unlocked just now: ours */
         atomic_thread_fence(memory_order_seq_cst);
         if (atomic_load_explicit(&q->sh->sq_lock, memory_order_relaxed) != 0 || !own_lock(q))
             return;
     }
+    struct shm_exec e;
+    exec_init(&e, q->w, &q->self);
+    e.local = q;
+    e.rnr_retry = q->a.rnr_retry;
+    e.port = q->a.port;
+    e.dev_index = (uint8_t)q->w->cfg.dev_index;
     /* our own results: a waiting CQ hears of them as of a peer's (only of
      * results: a ring for nothing would wake a sleeper into a busy loop) */
-    if (run(&e, q->sq_tail) + finished)
+    if (run(&e, q->sq_tail))
         shm_ring(q->w, q->w->self, q->self.send_db, q->self.send_dbi);
 }
 

@@ -306,6 +306,25 @@ bool shm_peer_alive(struct shm_peer *peer)
     return !pid_dead(peer->pid);
 }
 
+bool shm_peer_stopped(struct shm_peer *peer)
+{
+    if (peer->same_process)
+        return false;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)peer->pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    /* "pid (comm) S ...": the state follows the last ')' (comm may hold any) */
+    const char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+}
+
 bool shm_peer_is_self(struct shm_peer *peer) { return peer->self; }
 
 void *shm_peer_at(struct shm_peer *peer, uint64_t off)

@@ -227,14 +227,11 @@ static void shm_qp_destroy(struct soft_wire_qp *q)
 }
 
 /* Take the send queue's lock even from a peer that is running it right now
- * (it lets go within one send), bounded. Held already while a copy of ours
- * waits for its helper: that copy is over. */
+ * (it lets go within one send), bounded. A copy of ours its helper was to
+ * finish is over: no piece of it is taken any more. */
 static bool sq_lock_wait(struct soft_wire_qp *q)
 {
-    if (q->pend.active) {
-        shm_copy_abandon(q);
-        return true;
-    }
+    shm_copy_abandon(q);
     uint64_t until = now_ns() + 100000000ull;
     while (!shm_sq_lock(q->w, q->sh, true))
         if (now_ns() > until)
@@ -334,6 +331,7 @@ static void shm_post_send(struct soft_wire_qp *q, uint64_t index, const struct s
     }
     w->flags = s->flags;
     w->rnr_count = 0;
+    w->copy_gen = 0;
     w->first_try_ns = w->next_try_ns = 0;
     if (s->send_flags & IBV_SEND_INLINE) {
         /* the data goes now: the caller may reuse its buffer on return */
