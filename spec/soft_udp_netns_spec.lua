@@ -268,6 +268,7 @@ describe("soft device between network namespaces (UDP wire)", function()
         -- b polls (its own turns take the packet) for its last receive, then
         -- exits at once (exit(0), its device open); a sends meanwhile
         local n = #b.lines
+        b.stopped = true        -- it goes by itself: the close does not ask it
         b.inp:write(cjson.encode{ op = "poll_exit", timeout = 5 } .. "\n")
         task.sleep(0.2)
         a:must{ op = "post_send", len = 64 }
