@@ -175,6 +175,18 @@ struct shm_rres {
 };
 _Static_assert(sizeof(struct shm_rres) == SHM_LINE, "a finished receive is one cache line");
 
+/* Ask for a line for writing ahead of the write (PREFETCHW: AMD's since
+ * the K6, Intel's since Broadwell; older Intel CPUs run it as a NOP). GCC's
+ * __builtin_prefetch(p, 1) is a plain read prefetch without -mprfchw. */
+static inline void shm_prefetch_write(const void *p)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ __volatile__("prefetchw %0" : : "m"(*(const char *)p));
+#else
+    __builtin_prefetch(p, 1, 3);
+#endif
+}
+
 /* Copy a posted receive's scatter list into a local, touching a second
  * line only when needed. Returns false (nothing copied beyond num_sge) when
  * num_sge is impossible; the caller reports it. */

@@ -319,8 +319,11 @@ static int take_receive(struct shm_exec *e, struct shm_rqe *r, uint64_t *c, bool
         if (t->srq)
             shm_srq_taken(e->w, t, k);
         /* the next message will want the next receive: start fetching its
-         * line (the owner wrote it) now, off the next message's path */
-        __builtin_prefetch(&t->rq[(k + 1) & (t->rq_cap - 1)], 0, 3);
+         * line (the owner wrote it) now, off the next message's path, for
+         * writing (its claim is a CAS there: fetched for reading, the line
+         * stays shared with the owner and the claim waits for the owner's
+         * copy to go, 180 ns on ib_send_lat's path) */
+        shm_prefetch_write(&t->rq[(k + 1) & (t->rq_cap - 1)]);
         uint64_t sum = 0;
         for (uint32_t i = 0; sane && i < r->num_sge; i++)
             sum += r->sge[i].length;
