@@ -200,6 +200,42 @@ static inline bool shm_rqe_copy(struct shm_rqe *to, const struct shm_rqe *from)
     return true;
 }
 
+/* Claim receive c of a ring (posted, claimed by no one: a CAS of its seq,
+ * which fails once its owner flushed or reused it) and write its result r
+ * into its result line, the message itself when data_len > 0 (at most
+ * SHM_CQE_DATA bytes: scatter-to-CQE), seq last; an SRQ's also names the
+ * QP it arrived at (qpn). False when it could not be claimed. The taker
+ * that ran the send does it (shm_deliver.c), or the owner that made a
+ * shared copy whole (shm_rq.c: shm_rq_finish). */
+static inline bool shm_rq_result_put(struct shm_rqe *rq, struct shm_rres *rres, uint32_t cap,
+                                     uint64_t c, const struct soft_result *r,
+                                     const uint8_t *data, uint32_t data_len, bool srq,
+                                     uint32_t qpn)
+{
+    uint32_t i = (uint32_t)(c & (cap - 1));
+    uint64_t want = c + 1;
+    if (!atomic_compare_exchange_strong_explicit(&rq[i].seq, &want, (c + 1) | SHM_RQE_WRITING,
+                                                 memory_order_acquire, memory_order_relaxed))
+        return false;
+    struct shm_cqe *x = &rres[i].res;
+    x->stamp = soft_stamp();
+    x->byte_len = r->byte_len;
+    x->imm = r->imm;
+    x->src_qp = r->src_qp;
+    x->status = r->status;
+    x->opcode = r->opcode;
+    x->wc_flags = (uint8_t)r->wc_flags;
+    x->data_len = (uint8_t)data_len;
+    if (data_len)
+        memcpy(x->data, data, SHM_CQE_DATA); /* all of it: one fixed-size copy */
+    else
+        x->vendor_err = r->vendor_err;
+    if (srq)
+        rq[i].res_qpn = qpn;    /* an SRQ's owner must know which QP */
+    atomic_store_explicit(&rres[i].seq, c + 1, memory_order_release);
+    return true;
+}
+
 /* Is receive number c of this queue posted (and not yet taken)? */
 static inline bool shm_rq_posted(struct shm_rqe *rq, uint32_t cap, uint64_t c)
 {

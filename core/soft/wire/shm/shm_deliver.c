@@ -213,38 +213,17 @@ static int no_receive(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *
 }
 
 /* Leave a result in receive c of the target (if the target did not take
- * it back meanwhile), with the message itself when data_len > 0 (at most
- * SHM_CQE_DATA bytes: scatter-to-CQE), and wake the target's CQ if it
- * waits. The claim is on the posted receive's line, which this sender
- * holds already (it read it); the result goes in the line the target
- * polls, its seq last. */
+ * it back meanwhile), with the message itself when data_len > 0, and wake
+ * the target's CQ if it waits. The claim is on the posted receive's line,
+ * which this sender holds already (it fetched it ahead); the result goes in
+ * the line the target polls. */
 static void recv_done(struct shm_exec *e, uint64_t c, const struct soft_result *r,
                       const uint8_t *data, uint32_t data_len)
 {
-    uint32_t i = (uint32_t)(c & (e->tv->rq_cap - 1));
-    struct shm_rqe *slot = &e->tv->rq[i];
-    uint64_t want = c + 1;
-    if (!atomic_compare_exchange_strong_explicit(&slot->seq, &want, (c + 1) | SHM_RQE_WRITING,
-                                                 memory_order_acquire, memory_order_relaxed))
-        return;                 /* flushed or reset: the result has no one to go to */
-    struct shm_rres *l = &e->tv->rres[i];
-    struct shm_cqe *x = &l->res;
-    x->stamp = soft_stamp();
-    x->byte_len = r->byte_len;
-    x->imm = r->imm;
-    x->src_qp = r->src_qp;
-    x->status = r->status;
-    x->opcode = r->opcode;
-    x->wc_flags = (uint8_t)r->wc_flags;
-    x->data_len = (uint8_t)data_len;
-    if (data_len)
-        memcpy(x->data, data, SHM_CQE_DATA); /* all of it: one fixed-size copy */
-    else
-        x->vendor_err = r->vendor_err;
-    if (e->tv->srq)
-        slot->res_qpn = e->tv->qpn;     /* an SRQ's owner must know which QP */
-    atomic_store_explicit(&l->seq, c + 1, memory_order_release);
-    shm_ring(e->w, e->tv->peer, e->tv->recv_db, e->tv->recv_dbi);
+    struct shm_view *t = e->tv;
+    if (shm_rq_result_put(t->rq, t->rres, t->rq_cap, c, r, data, data_len, t->srq != NULL,
+                          t->qpn))
+        shm_ring(e->w, t->peer, t->recv_db, t->recv_dbi);
 }
 
 static void recv_err(struct shm_exec *e, uint64_t c, enum ibv_wc_status st, uint32_t verr)

@@ -39,26 +39,8 @@ void shm_rq_post(struct shm_rq_own *o, uint64_t index, const struct soft_wire_re
 
 bool shm_rq_finish(struct shm_rq_own *o, uint64_t c, const struct soft_result *r, uint32_t qpn)
 {
-    uint32_t i = (uint32_t)(c & (o->cap - 1));
-    uint64_t want = c + 1;
-    if (c >= o->prod || c >= atomic_load_explicit(o->cons, memory_order_acquire) ||
-        !atomic_compare_exchange_strong_explicit(&o->rq[i].seq, &want, (c + 1) | SHM_RQE_WRITING,
-                                                 memory_order_acquire, memory_order_relaxed))
-        return false;
-    struct shm_cqe *x = &o->rres[i].res;
-    x->stamp = soft_stamp();
-    x->byte_len = r->byte_len;
-    x->imm = r->imm;
-    x->src_qp = r->src_qp;
-    x->status = r->status;
-    x->opcode = r->opcode;
-    x->wc_flags = (uint8_t)r->wc_flags;
-    x->data_len = 0;
-    x->vendor_err = r->vendor_err;
-    if (o->srq)
-        o->rq[i].res_qpn = qpn;
-    atomic_store_explicit(&o->rres[i].seq, c + 1, memory_order_release);
-    return true;
+    return c < o->prod && c < atomic_load_explicit(o->cons, memory_order_acquire) &&
+           shm_rq_result_put(o->rq, o->rres, o->cap, c, r, NULL, 0, o->srq, qpn);
 }
 
 bool shm_rq_result_waits(struct shm_rq_own *o, uint64_t c)
