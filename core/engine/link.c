@@ -65,13 +65,13 @@ int link_note(tbrt_link *l, int err, const char *fmt, ...)
     return -err;
 }
 
-intptr_t link_took(tbrt_link *l, intptr_t rc)
+intptr_t link_took_failed(tbrt_link *l, intptr_t rc)
 {
-    if (rc < 0 && l->x.err && l->state != TBRT_LINK_BROKEN) {
+    if (l->x.err && l->state != TBRT_LINK_BROKEN) {
         link_fail(l, l->x.err, "%s", l->x.why);
         link_took_wire(l);
     }
-    return rc < 0 && rc != -EAGAIN && l->state == TBRT_LINK_BROKEN ? -l->err : rc;
+    return rc != -EAGAIN && l->state == TBRT_LINK_BROKEN ? -l->err : rc;
 }
 
 /* An RDMA link's socket carries nothing but the goodbye byte once the link
@@ -494,7 +494,8 @@ intptr_t tbrt_link_recv(tbrt_link *l, void *buf, size_t len)
         return 0;
     /* turnaround: a request still coalescing would never reach the peer
      * (unless a send view is open in that stride: it goes at its flush) */
-    if (!l->views.send_open && (rc = (int)link_took(l, l->t->flush(&l->x))) != 0 &&
+    bool pending = l->x.dev ? l->x.pend_buf >= 0 : l->x.tcp_len > 0;
+    if (pending && !l->views.send_open && (rc = (int)link_took(l, l->t->flush(&l->x))) != 0 &&
         rc != -EAGAIN)
         return rc;
     if (!l->x.dev) {

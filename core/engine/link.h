@@ -67,8 +67,13 @@ int link_wait(tbrt_link *l, link_cond cond, void *arg, double timeout, bool writ
 int link_wait_idle(tbrt_link *l, double timeout);
 
 /* A transport call's result: a failure the transport recorded (xport_fail)
- * becomes the link's error here, the one place it crosses over. */
-intptr_t link_took(tbrt_link *l, intptr_t rc);
+ * becomes the link's error here, the one place it crosses over (inline: a
+ * data call takes it once or twice, and it is nearly always rc >= 0). */
+intptr_t link_took_failed(tbrt_link *l, intptr_t rc);
+static inline intptr_t link_took(tbrt_link *l, intptr_t rc)
+{
+    return rc < 0 ? link_took_failed(l, rc) : rc;
+}
 /* The transport's progress, then the liveness check every 64th call. */
 int link_progress(tbrt_link *l);
 
