@@ -311,6 +311,7 @@ struct soft_wire_qp {
     uint32_t epsn, msn;
     bool nak_sent, ack_due;
     bool ack_fresh;             /* ack_due came with a packet of this very turn */
+    bool ack_held;              /* and was left for this turn by the last one */
     bool in_send;               /* the message being received is a SEND (it holds a receive) */
     uint64_t nak_ns;            /* when the last NAK went */
     uint64_t adv_limit;         /* RC credits: the receive index our last ACK let the peer reach */

@@ -34,7 +34,7 @@ void udp_resp_reset(struct soft_wire_qp *q)
 {
     q->epsn = q->a.rq_psn & UDP_PSN_MASK;
     q->msn = 0;
-    q->nak_sent = q->ack_due = q->ack_fresh = false;
+    q->nak_sent = q->ack_due = q->ack_fresh = q->ack_held = false;
     q->in_msg = q->recv_bad = q->in_send = false;
     q->adv_limit = 0;
     q->rq_next = q->rq_prod;
@@ -435,7 +435,7 @@ static bool credits_due(const struct soft_wire_qp *q)
 void udp_resp_send_held(struct soft_wire_qp *q)
 {
     if (q->ack_due && !q->stopped && (q->a.state == IBV_QPS_RTR || q->a.state == IBV_QPS_RTS)) {
-        q->ack_due = q->ack_fresh = false;
+        q->ack_due = q->ack_fresh = q->ack_held = false;
         send_aeth(q, q->ack_psn, UDP_AETH_ACK);
     }
 }
@@ -483,11 +483,13 @@ void udp_resp_transmit(struct soft_wire_qp *q, bool hold)
         q->ack_due = true;
         q->ack_psn = (q->epsn - 1) & UDP_PSN_MASK;
     }
-    if (q->ack_due && !(hold && q->ack_fresh)) {
-        q->ack_due = false;
+    if (q->ack_due && hold && q->ack_fresh && !q->ack_held) {
+        q->ack_held = true;     /* held once at most: the next turn sends it, */
+    } else if (q->ack_due) {    /* whatever arrived meanwhile (a stream asks every turn) */
+        q->ack_due = q->ack_held = false;
         send_aeth(q, q->ack_psn, UDP_AETH_ACK);
     }
-    q->ack_fresh = false;       /* held once at most: the next turn sends it */
+    q->ack_fresh = false;
     if (q->credit_flow && q->a.state == IBV_QPS_RTS) {
         uint32_t posted = (uint32_t)q->rq_prod - q->rq_base;
         uint64_t now = q->w->now;
