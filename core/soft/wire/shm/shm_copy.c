@@ -18,14 +18,15 @@
  * most) from its back, with one CAS on the word that names the job (so the
  * word moves between the two CPUs once a run, not once a piece: on a
  * machine where a line takes a few hundred ns to cross, a claim per piece
- * took a quarter of the sender's time). Whoever's count of finished pieces makes the job whole
- * finishes it: the executor as any send (it writes the receive's result
- * and its own), the helper by writing its own receive's result; the
- * executor then finds the job whole at its next turn and completes its
- * send. So neither end waits for the other's pieces: the sender goes on
- * filling its next stride while the receiver copies its run of the last.
- * The send stays at the head of its queue, the queue's lock held, until it
- * is complete (no one else may run it meanwhile).
+ * took a quarter of the sender's time). Whoever's count of finished
+ * pieces makes the job whole finishes it: the executor as any send (it
+ * writes the receive's result and its own), the helper by writing its own
+ * receive's result. In the second case the send stays at the head of its
+ * queue, marked with the job's generation, and whoever runs the queue next
+ * (the sender at its next post or poll, or the receiver's turn) completes
+ * it once it finds the job whole. So neither end waits for the other's
+ * pieces: the sender goes on filling its next stride while the receiver
+ * copies its run of the last.
  *
  * The job is a peer's word to the helper. The helper resolves both ranges
  * through the MR tables (shm_peer_mem: the sender's MR, and its own with
