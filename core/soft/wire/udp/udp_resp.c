@@ -483,9 +483,12 @@ void udp_resp_transmit(struct soft_wire_qp *q, bool hold)
         q->ack_due = true;
         q->ack_psn = (q->epsn - 1) & UDP_PSN_MASK;
     }
-    if (q->ack_due && hold && q->ack_fresh && !q->ack_held) {
-        q->ack_held = true;     /* held once at most: the next turn sends it, */
-    } else if (q->ack_due) {    /* whatever arrived meanwhile (a stream asks every turn) */
+    if (q->ack_due && hold && q->ack_fresh && !q->ack_held && !credits_due(q)) {
+        /* held once at most: the next turn sends it, whatever arrived
+         * meanwhile (a stream asks every turn); never one whose credits a
+         * requester short of receives may be waiting for */
+        q->ack_held = true;
+    } else if (q->ack_due) {
         q->ack_due = q->ack_held = false;
         send_aeth(q, q->ack_psn, UDP_AETH_ACK);
     }
