@@ -73,6 +73,31 @@ describe("soft device, small messages", function()
     assert.equal("IBV_WC_REM_OP_ERR", assert(p.cq_a:wait(1))[1].status)
   end)
 
+  it("places a small SEND only while its receive's region is registered (its owner keeps the " ..
+     "region it placed into last, until any region comes or goes)", function()
+    p = V.pair{ personality = "linux-rc", type = "RC" }
+    -- a region of b's own, then messages placed into it: kept
+    local buf = ffi.new("uint8_t[?]", 4096)
+    local mr = assert(p.pd:reg(buf, 4096, verbs.ACCESS_ALL))
+    local lkey = mr.lkey
+    for round = 1, 2 do
+      post_recv_pieces(p.b, mr, { { 0, 64 } })
+      assert(p.a:post_send{ mr = p.amr, len = 16 })
+      assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1))[1].status)
+      assert.equal("IBV_WC_SUCCESS", assert(p.cq_b:wait(1))[1].status, "round " .. round)
+    end
+    -- gone: a receive that still names it is not placed into its memory
+    assert(mr:dereg())
+    ffi.fill(buf, 64, 0xab)
+    post_recv_pieces(p.b, { addr = ffi.cast("uint64_t", buf), lkey = lkey }, { { 0, 64 } })
+    assert(p.a:post_send{ mr = p.amr, len = 16 })
+    assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1))[1].status)
+    local r = assert(p.cq_b:wait(1))[1]
+    assert.equal("IBV_WC_LOC_PROT_ERR", r.status)
+    assert.matches("bad lkey", r.why)
+    for i = 0, 63 do assert.equal(0xab, buf[i], "byte " .. i .. " written") end
+  end)
+
   it("refuses to register memory nobody may write for writing, as a NIC's driver does", function()
     local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
     local pd = assert(dev:pd())

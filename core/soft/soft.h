@@ -102,6 +102,15 @@ struct soft_events {
     uint8_t port_seen[SOFT_MAX_PORTS]; /* the states last reported */
 };
 
+/* A region of ours a scatter-to-CQE message was placed into (soft_reap.c):
+ * kept while mr_gen is gen. */
+struct soft_placed {
+    uint64_t gen;
+    uint32_t lkey;
+    uint64_t iova, len;
+    char *base;                 /* where iova is in this process; NULL: nothing kept */
+};
+
 struct soft_dev {
     tbrt_dev dev;
     const struct soft_personality *p;
@@ -116,6 +125,8 @@ struct soft_dev {
     struct soft_qp *qps;        /* list, for progress and flushes */
     struct soft_cq *cqs;
     struct soft_mr *mrs;
+    uint64_t mr_gen;            /* bumped by every registration and deregistration */
+    struct soft_placed placed;
     struct soft_srq *srqs;
     int nsrq;
     struct soft_events ev;

@@ -48,6 +48,7 @@ int soft_reg_mr_iova(tbrt_pd *pd, void *addr, size_t len, uint64_t iova, int acc
                       .lkey = key, .rkey = key, .access = access, .iova = iova};
     m->next = sd->mrs;
     sd->mrs = m;
+    sd->mr_gen++;               /* what placements kept is looked up again */
     *out = &m->mr;
     return 0;
 }
@@ -61,6 +62,7 @@ int soft_dereg_mr(tbrt_mr *mr)
                         "dereg_mr: a queue pair of this device was moved to ERR; Apple's "
                         "provider then fails every region unmap (destroy QPs without ERR first)");
     sd->wops->mr_dereg(sd->wire, mr->lkey);
+    sd->mr_gen++;
     for (struct soft_mr **pp = &sd->mrs; *pp; pp = &(*pp)->next)
         if (*pp == m) {
             *pp = m->next;

@@ -94,6 +94,32 @@ static int local_mem(struct soft_dev *sd, uint32_t lkey, uint64_t addr, uint64_t
     return -ENOENT;
 }
 
+/* The region a message was last placed into, found whole: [addr, addr+len)
+ * of lkey inside it, while no region was registered or deregistered since
+ * (every small message of a link goes into its one receive ring). */
+static void *placed_before(const struct soft_dev *sd, uint32_t lkey, uint64_t addr, uint64_t len)
+{
+    const struct soft_placed *p = &sd->placed;
+    if (p->base && p->gen == sd->mr_gen && p->lkey == lkey && addr >= p->iova &&
+        len <= p->len && addr - p->iova <= p->len - len)
+        return p->base + (addr - p->iova);
+    return NULL;
+}
+
+/* Remember lkey's region, when it is ours and writable whole, for the next
+ * placement (placed_before). */
+static void remember_region(struct soft_dev *sd, uint32_t lkey)
+{
+    for (struct soft_mr *m = sd->mrs; m; m = m->next) {
+        void *base;
+        if (m->mr.lkey != lkey || local_mem(sd, lkey, m->mr.iova, m->mr.length, &base))
+            continue;
+        sd->placed = (struct soft_placed){.gen = sd->mr_gen, .lkey = lkey, .iova = m->mr.iova,
+                                          .len = m->mr.length, .base = base};
+        return;
+    }
+}
+
 /* Place the message a scatter-to-CQE result carries into the receive's
  * scatter list (our record), as the wire would have placed it: 0, or the
  * vendor_err of a key that does not cover its piece. */
@@ -104,10 +130,13 @@ uint32_t soft_place_data(struct soft_dev *sd, const struct soft_rwr *rw,
     for (uint32_t i = 0; i < rw->num_sge && off < r->data_len; i++) {
         const struct ibv_sge *g = &rw->sge[i];
         uint32_t n = TBRT_MIN(g->length, (uint32_t)r->data_len - off);
-        void *dst;
-        int rc = local_mem(sd, g->lkey, g->addr, n, &dst);
-        if (rc)
-            return rc == -EPERM ? SOFT_VERR_NOT_SHARED : SOFT_VERR_LKEY;
+        void *dst = placed_before(sd, g->lkey, g->addr, n);
+        if (!dst) {
+            int rc = local_mem(sd, g->lkey, g->addr, n, &dst);
+            if (rc)
+                return rc == -EPERM ? SOFT_VERR_NOT_SHARED : SOFT_VERR_LKEY;
+            remember_region(sd, g->lkey);
+        }
         memcpy(dst, r->data + off, n);
         off += n;
     }
