@@ -17,10 +17,11 @@ PKGS="$PKGS ibverbs-utils perftest rdmacm-utils librdmacm-dev ucx-utils util-lin
 # tbrt matrix: its plots, and the launchers its specs start for real
 # (OpenSSH's sshd, Open MPI's mpirun, a one-node Slurm with munge)
 PKGS="$PKGS gnuplot-nox openssh-client openssh-server openmpi-bin mpich slurmctld slurmd slurm-client munge"
-# the soft device's UDP wire: tshark decodes its captures (spec/soft_pcap_spec.lua)
-PKGS="$PKGS tshark"
+# the soft device's UDP wire: tshark decodes its captures (spec/soft_pcap_spec.lua),
+# nft drops its packets on the way out (spec/soft_udp_netns_spec.lua, bench's 1% loss)
+PKGS="$PKGS tshark nftables"
 if [ "${1:-}" = bench ]; then
-  PKGS="$PKGS qperf ucx-utils libucx0 nftables"   # nft: 1% loss where the kernel has no netem
+  PKGS="$PKGS qperf ucx-utils libucx0"
 fi
 
 missing=""

@@ -96,6 +96,37 @@ describe("soft device between network namespaces (UDP wire)", function()
     assert.is_true(st.wire_duplicates > 0 or st.wire_naks_recv > 0)
   end)
 
+  -- A firewall's drop on the way out fails the send with EPERM. That is a
+  -- loss like any other: RC retransmits and UDP GSO stays on (once, it
+  -- turned GSO off for good and a 1% drop ran at a third of the rate).
+  it("a firewall dropping on the way out (nftables): packets lost and retransmitted, GSO kept", function()
+    if why or heavy_skip() then return pending(why or heavy_skip()) end
+    if not N.sh("command -v nft") then return pending("nftables is not installed (nft)") end
+    local net = make()
+    local h2 = net.hosts[2].name
+    -- every 40th datagram (or GSO run) host 2 sends to the peer's RoCE port
+    -- (this run's: spec/support/run.lua gives each run one)
+    local roce = os.getenv("TBRT_SOFT_UDP_PORT") or "4791"
+    for _, c in ipairs {
+      "nft add table inet tbrtloss",
+      "nft add chain inet tbrtloss out '{ type filter hook output priority 0 ; }'",
+      "nft add rule inet tbrtloss out udp dport " .. roce .. " numgen inc mod 40 0 drop",
+    } do
+      local ok, out = N.sh("ip netns exec " .. h2 .. " " .. c)
+      if not ok then return pending("nft in a namespace: " .. c .. ": " .. out) end
+    end
+    local r = pair(net, { "--personality", "linux-rc", "--wire", "udp" },
+      { "--personality", "linux-rc", "--wire", "udp", "--sizes", "64K,4M", "--iters", "8",
+        "--test", "bw", "--json", "--stats" })
+    assert.equal(0, r.code, H.describe(r))
+    local rows, st = json_rows(r.stdout)
+    assert.equal(2, #rows)
+    assert.is_true(st.wire_sends_refused > 0, "the firewall's drops: " .. st.wire_sends_refused)
+    assert.is_true(st.wire_retransmits > 0, "retransmits: " .. st.wire_retransmits)
+    assert.equal(0, st.wire_gso_refused, "GSO turned off by a firewall's drop")
+    assert.is_true(rows[2].bw_push > 0 and rows[2].bw_pull > 0)
+  end)
+
   it("a UC link that loses a frame breaks with the engine's frame-missing message, within its bound", function()
     if why or heavy_skip() then return pending(why or heavy_skip()) end
     local net = make()

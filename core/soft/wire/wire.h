@@ -295,6 +295,11 @@ struct soft_wire_stats {
     uint64_t copies_shared;           /* shm: our sends whose copy the target's process
                                          helped with (shm_copy.c) */
     uint64_t pieces_helped, bytes_helped; /* shm: what we copied for peers' sends */
+    uint64_t sends_refused;           /* udp: packets this host's kernel would not send (a
+                                         full socket buffer, a firewall's drop, no route):
+                                         lost before the wire */
+    uint64_t gso_refused;             /* udp: GSO runs the kernel refused (sent one by one,
+                                         and runs of that size no more) */
 };
 
 /* A queue pair, as created. */

@@ -53,6 +53,8 @@ struct tx_slot {                /* a packet */
     uint8_t tail[8];            /* pad + ICRC */
     uint8_t small[64];          /* a short payload, copied (it may live on a caller's stack) */
     uint32_t iov0, niov, len;   /* its iovecs in the batch's */
+    struct soft_wire_stats *st; /* its QP's counters (or its wire's): a QP or wire that
+                                   goes flushes the batch first */
 };
 
 struct tx_msg {                 /* a message: one packet, or a GSO run of them */

@@ -74,6 +74,17 @@ static void msg_build(struct tx_batch *b, unsigned i)
     msg_control(b, t, m, t->npkt > 1);
 }
 
+/* What a kernel answers a GSO run it cannot send as one: no UDP_SEGMENT
+ * (ENOPROTOOPT, EOPNOTSUPP), a segment over the device's MTU (EMSGSIZE),
+ * no checksum offload on the device (EIO), a run it does not take
+ * (EINVAL). Anything else befell the packets, not the run: a filter's
+ * drop (EPERM) turned into "no GSO from now on" left a lossy link at a
+ * quarter of its rate. */
+static bool gso_refusal(int e)
+{
+    return e == ENOPROTOOPT || e == EOPNOTSUPP || e == EMSGSIZE || e == EIO || e == EINVAL;
+}
+
 /* A GSO run the kernel refused (no UDP_SEGMENT, a segment over the
  * device's MTU, no checksum offload): its packets one by one, and runs of
  * that size no more. */
@@ -85,14 +96,26 @@ static void gso_refused(struct tx_batch *b, unsigned i, int err)
                 t->seg, strerror(err));
     if (t->seg < b->gso_below)
         b->gso_below = t->seg;
+    b->slot[t->pkt0].st->gso_refused++;
     for (uint32_t k = 0; k < t->npkt; k++) {
         struct tx_slot *s = &b->slot[t->pkt0 + k];
         struct msghdr m = {.msg_name = &t->to, .msg_namelen = b->msg[i].msg_hdr.msg_namelen,
                            .msg_iov = &b->iov[s->iov0], .msg_iovlen = s->niov};
         msg_control(b, t, &m, false);
-        while (sendmsg(b->fd, &m, MSG_DONTWAIT) < 0 && errno == EINTR)
+        ssize_t r;
+        while ((r = sendmsg(b->fd, &m, MSG_DONTWAIT)) < 0 && errno == EINTR)
             ;
+        if (r < 0)
+            s->st->sends_refused++;
     }
+}
+
+/* Message i of the batch did not go: its packets are lost. */
+static void refused(struct tx_batch *b, unsigned i)
+{
+    struct tx_msg *t = &b->m[i];
+    for (uint32_t k = 0; k < t->npkt; k++)
+        b->slot[t->pkt0 + k].st->sends_refused++;
 }
 
 static void flush_one(struct udp_ep *ep, struct tx_batch *b)
@@ -109,16 +132,17 @@ static void flush_one(struct udp_ep *ep, struct tx_batch *b)
         if (r < 0 && errno == EINTR)
             continue;
         int e = errno;
-        if (b->m[done].npkt > 1 && e != EAGAIN && e != EWOULDBLOCK && e != ENOBUFS &&
-            e != ECONNREFUSED && e != EHOSTUNREACH && e != ENETUNREACH) {
+        if (b->m[done].npkt > 1 && gso_refusal(e)) {
             gso_refused(b, done, e);
             done++;
             continue;
         }
-        /* a full socket buffer or an unreachable peer: the packets are
+        /* a full socket buffer, an unreachable peer, a firewall's drop
+         * (EPERM: nftables or iptables on the way out): the packets are
          * lost, as on a congested wire; RC retransmits */
         if (udp_debug)
             fprintf(stderr, "tbrt udp: sendmmsg: %s (%u of %u sent)\n", strerror(e), done, b->n);
+        refused(b, done);
         done++;
     }
     (void)ep;
@@ -184,6 +208,7 @@ static void put_packet(struct soft_wire *w, struct soft_wire_stats *st,
     s->iov0 = b->niov;
     s->niov = (uint32_t)k;
     s->len = total;
+    s->st = st;
     b->niov += (uint32_t)k;
     struct sockaddr_in6 to;
     udp_gid_to_sa(path->dgid, path->dport, &to);
