@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "soft/wire/udp/udp_ep.h"
@@ -45,27 +46,40 @@ void udp_ep_sleepers(struct udp_ep *ep, int delta)
  * what was posted, run the retransmit timers, while the owning threads are
  * busy elsewhere (checking bytes, computing): without it a busy receiver
  * sends no ACK and its peer retransmits for nothing. It steps aside while
- * an owner takes turns itself (the fast path stays the owner's). */
+ * an owner takes turns itself (the fast path stays the owner's): it then
+ * sleeps until the owner may have stopped, its sockets not watched, so
+ * that a packet for a polling owner does not wake it as well (on two CPUs
+ * that woken thread took the CPU of the very process the packet was for:
+ * a context switch per packet in a ping-pong). An owner that goes to sleep
+ * kicks it (udp_ep_sleepers). */
 static void *helper_main(void *arg)
 {
     struct udp_ep *ep = arg;
     uint64_t next = 0;
     for (;;) {
+        uint64_t now = now_ns();
+        uint64_t last = atomic_load_explicit(&ep->last_turn, memory_order_relaxed);
+        bool asleep = atomic_load(&ep->sleepers) > 0;
+        bool owner = !asleep && now - last < HELPER_QUIET_NS;
         struct pollfd p[4];
         int n = 0;
         p[n++] = (struct pollfd){.fd = ep->stop_fd, .events = POLLIN};
         p[n++] = (struct pollfd){.fd = ep->kick_fd, .events = POLLIN};
-        p[n++] = (struct pollfd){.fd = ep->fd4, .events = POLLIN};
-        if (ep->fd6 >= 0)
-            p[n++] = (struct pollfd){.fd = ep->fd6, .events = POLLIN};
-        int ms = HELPER_NAP_MS;
-        if (next == 1) {
-            ms = 0;
-        } else if (next) {
-            uint64_t now = now_ns();
-            ms = next <= now ? 0 : (int)TBRT_MIN((next - now) / 1000000ull + 1, HELPER_NAP_MS);
+        uint64_t wait_ns = (uint64_t)HELPER_NAP_MS * 1000000ull;
+        if (owner) {
+            wait_ns = last + HELPER_QUIET_NS - now;
+        } else {
+            p[n++] = (struct pollfd){.fd = ep->fd4, .events = POLLIN};
+            if (ep->fd6 >= 0)
+                p[n++] = (struct pollfd){.fd = ep->fd6, .events = POLLIN};
+            if (next == 1)
+                wait_ns = 0;
+            else if (next)
+                wait_ns = next <= now ? 0 : TBRT_MIN(next - now, wait_ns);
         }
-        poll(p, (nfds_t)n, ms);
+        struct timespec ts = {.tv_sec = (time_t)(wait_ns / 1000000000ull),
+                              .tv_nsec = (long)(wait_ns % 1000000000ull)};
+        ppoll(p, (nfds_t)n, &ts, NULL);
         if (p[0].revents)
             return NULL;
         if (p[1].revents) {
@@ -73,14 +87,12 @@ static void *helper_main(void *arg)
             ssize_t r = read(ep->kick_fd, &v, sizeof v);
             (void)r;
         }
-        uint64_t now = now_ns();
-        uint64_t last = atomic_load_explicit(&ep->last_turn, memory_order_relaxed);
-        bool asleep = atomic_load(&ep->sleepers) > 0;
-        if (!asleep && now - last < HELPER_QUIET_NS) {
-            /* an owner is at it: look again when it may have stopped */
-            usleep((useconds_t)((last + HELPER_QUIET_NS - now) / 1000 + 1));
-            continue;
-        }
+        if (owner)
+            continue;           /* look again: the owner may still be at it */
+        now = now_ns();
+        last = atomic_load_explicit(&ep->last_turn, memory_order_relaxed);
+        if (atomic_load(&ep->sleepers) <= 0 && now - last < HELPER_QUIET_NS)
+            continue;           /* an owner took a turn meanwhile */
         if (pthread_mutex_trylock(&ep->lock) != 0) {
             usleep(200);
             continue;
