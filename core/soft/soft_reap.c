@@ -16,6 +16,7 @@
 
 #include "soft/soft.h"
 #include "util/util.h"
+#include "util/copy.h"
 
 static struct soft_cq *cq_of(tbrt_cq *cq) { return (struct soft_cq *)cq; }
 
@@ -137,7 +138,7 @@ uint32_t soft_place_data(struct soft_dev *sd, const struct soft_rwr *rw,
                 return rc == -EPERM ? SOFT_VERR_NOT_SHARED : SOFT_VERR_LKEY;
             remember_region(sd, g->lkey);
         }
-        memcpy(dst, r->data + off, n);
+        tbrt_copy(dst, r->data + off, n);
         off += n;
     }
     return 0;

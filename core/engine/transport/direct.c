@@ -33,6 +33,7 @@
 #include "engine/transport/framing.h"
 #include "engine/transport/transport.h"
 #include "util/util.h"
+#include "util/copy.h"
 
 enum { WR_READ = 1, WR_CTL = 2 };
 /* a receive smaller than this reads through the window even into registered
@@ -151,7 +152,7 @@ static int post_ctl(struct xport *x, uint32_t magic, const void *payload, uint32
     uint8_t f[TBRT_STRIDE_HDR + FRAME_OFFER_LEN];
     uint32_t seq = x->send_seq++;
     frame_hdr_write(f, magic, len, seq);
-    memcpy(f + TBRT_STRIDE_HDR, payload, len);
+    tbrt_copy(f + TBRT_STRIDE_HDR, payload, len);
     struct ibv_sge sge = {.addr = (uintptr_t)f, .length = TBRT_STRIDE_HDR + len,
                           .lkey = x->send_mr->lkey};
     struct ibv_send_wr wr = {.wr_id = RDMA_DIRECT_TAG | WR_CTL, .sg_list = &sge, .num_sge = 1,
@@ -384,7 +385,7 @@ intptr_t direct_recv(struct xport *x, struct link_inq *q, uint8_t *dst, size_t w
             size_t n = TBRT_MIN(want, (size_t)h);
             const uint8_t *from = here_at(x, q);
             if (from != dst)
-                memmove(dst, from, n);
+                tbrt_move(dst, from, n);
             return direct_consume(x, q, n) ? -x->err : (intptr_t)n;
         }
         size_t n = TBRT_MIN(want, (size_t)(q->len - q->off));

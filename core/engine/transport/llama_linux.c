@@ -28,6 +28,7 @@
 #include "engine/transport/framing.h"
 #include "engine/transport/transport.h"
 #include "util/util.h"
+#include "util/copy.h"
 
 #define LLAMA_RX_DEPTH 24       /* receives pre-posted, of TBRT_LLAMA_LINUX_CHUNK each */
 #define LLAMA_SEND_WR 4
@@ -237,7 +238,7 @@ static int post_chunk(struct xport *x, const uint8_t *p, uint32_t n)
         wr.send_flags |= IBV_SEND_INLINE;
     } else {
         if (p != x->send_mem)   /* a committed view is there already */
-            memcpy(x->send_mem, p, n);
+            tbrt_copy(x->send_mem, p, n);
         sge.addr = (uintptr_t)x->send_mem;
         sge.lkey = x->send_mr->lkey;
     }

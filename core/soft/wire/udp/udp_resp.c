@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "soft/wire/udp/udp.h"
+#include "util/copy.h"
 
 void udp_resp_reset(struct soft_wire_qp *q)
 {
@@ -200,7 +201,7 @@ static void write_pkt(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned 
                 nak_fatal(q, p->psn, UDP_AETH_NAK_ACCESS);
             return;
         }
-        memcpy((void *)(uintptr_t)q->wr_va, p->payload, p->paylen);
+        tbrt_copy((void *)(uintptr_t)q->wr_va, p->payload, p->paylen);
     }
     q->wr_va += p->paylen;
     q->wr_left -= p->paylen;
