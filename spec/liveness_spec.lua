@@ -102,3 +102,37 @@ for _, case in ipairs(CASES) do
     end))
   end)
 end
+
+-- The bootstrap socket's keepalive: probes each second, given up only after
+-- two unanswered (a lost probe is no death), the count following the
+-- liveness bound, also when settimeouts changes it after setup.
+pcall(ffi.cdef, "int getsockopt(int fd, int level, int name, void *val, unsigned int *len);")
+describe("the bootstrap socket's keepalive", function()
+  local IPPROTO_TCP, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT = 6, 4, 5, 6
+  local function opt(fd, name)
+    local v, len = ffi.new("int[1]"), ffi.new("unsigned int[1]", 4)
+    assert.equal(0, ffi.C.getsockopt(fd, IPPROTO_TCP, name, v, len))
+    return v[0]
+  end
+  local a, b
+  after_each(L.async(function()
+    if a then a:close() end
+    if b then b:close() end
+    a, b = nil, nil
+  end))
+
+  it("gives up after two unanswered probes at least, and follows settimeouts", L.async(function()
+    a, b = L.pair({ device = "soft", personality = "linux-rc", liveness = 2 })
+    local _, _, sock = a:_fds()
+    assert.equal(1, opt(sock, TCP_KEEPIDLE))
+    assert.equal(1, opt(sock, TCP_KEEPINTVL))
+    assert.equal(2, opt(sock, TCP_KEEPCNT), "a 2 s bound would give up on one lost probe")
+    a:settimeouts(nil, 10)
+    assert.equal(9, opt(sock, TCP_KEEPCNT))
+    a:settimeouts(nil, 0.5)
+    assert.equal(2, opt(sock, TCP_KEEPCNT))
+    -- and the link still works
+    assert(a:send("x", 1)) ; assert(a:flush())
+    assert.equal("x", b:recv(1, 5))
+  end))
+end)

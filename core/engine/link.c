@@ -625,8 +625,10 @@ void tbrt_link_set_timeouts(tbrt_link *l, double timeout, double liveness, doubl
         return;
     if (timeout > 0)
         l->opts.timeout = timeout;
-    if (liveness > 0)
+    if (liveness > 0 && liveness != l->opts.liveness) {
         l->opts.liveness = liveness;
+        link_keepalive_apply(l);    /* the socket's probes follow the bound */
+    }
     if (spin >= 0)
         l->opts.spin = spin;
 }

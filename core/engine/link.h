@@ -79,6 +79,7 @@ int link_progress(tbrt_link *l);
 
 /* liveness.c: the bootstrap socket as the liveness anchor */
 int link_socket_setup(tbrt_link *l, char *err, size_t errlen);
+void link_keepalive_apply(tbrt_link *l);
 /* Look at the bootstrap socket without blocking: the goodbye byte, EOF or an
  * error mark the peer closed/dead. force: do it now, not rate-limited. */
 int link_check_liveness(tbrt_link *l, bool force);
