@@ -35,19 +35,11 @@ describe("tbrt_copy's piecewise copy", function()
   end)
 end)
 
-for _, pers in ipairs { "linux-rc", "apple-uc" } do
-  describe("messages from and into skewed buffers, soft " .. pers, function()
-    local a, b
-    before_each(L.async(function()
-      a, b = L.pair({ device = "soft", personality = pers })
-      assert(a and b, "pair")
-    end))
-    after_each(L.async(function()
-      if a then a:close() end
-      if b then b:close() end
-    end))
-
-    it("arrive intact whichever offsets the two buffers have", L.async(function()
+describe("messages from and into skewed buffers", function()
+  for _, pers in ipairs { "linux-rc", "apple-uc" } do
+    it("arrive intact whichever offsets the two buffers have, soft " .. pers, L.async(function()
+      local a, b = L.pair({ device = "soft", personality = pers })
+      finally(function() a:close() b:close() end)
       local N = 65536 + 100
       local src = ffi.new("uint8_t[?]", N + 4096)
       local out = ffi.new("uint8_t[?]", N + 4096)
@@ -67,5 +59,5 @@ for _, pers in ipairs { "linux-rc", "apple-uc" } do
         end
       end
     end))
-  end)
-end
+  end
+end)
