@@ -2,10 +2,17 @@
 # them:
 #   $(BUILD)/test/soft-scribble   plays a hostile peer: writes one field of a
 #                                 queue pair's shared memory (spec/support/soft_scribble.c)
+#   $(BUILD)/test/udp-crc         the UDP wire's CRC-32 ways against its tables
+#                                 (spec/support/udp_crc_check.c)
 SOFT_SCRIBBLE := $(BUILD)/test/soft-scribble
+UDP_CRC_CHECK := $(BUILD)/test/udp-crc
 
-all: $(SOFT_SCRIBBLE)
+all: $(SOFT_SCRIBBLE) $(UDP_CRC_CHECK)
 
 $(SOFT_SCRIBBLE): spec/support/soft_scribble.c core/soft/wire/shm/shm.h $(BUILD)/libtbrt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libtbrt.a $(LDLIBS_CORE)
+
+$(UDP_CRC_CHECK): spec/support/udp_crc_check.c core/soft/wire/udp/udp.h $(BUILD)/libtbrt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libtbrt.a $(LDLIBS_CORE)

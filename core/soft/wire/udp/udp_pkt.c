@@ -16,154 +16,13 @@
  * UDP checksum; BTH resv8a), then the rest of the packet up to the ICRC,
  * and it goes on the wire least significant byte first. The IP header is
  * the one this wire models (IPv4: identification 0, DF set), which the
- * capture writes too, so both ends and Wireshark compute the same. */
+ * capture writes too, so both ends and Wireshark compute the same. The
+ * CRC itself is udp_crc.c's. */
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <string.h>
 
 #include "soft/wire/udp/udp.h"
-
-/* CRC-32 of IEEE 802.3 (reflected, polynomial 0xEDB88320), eight bytes a
- * step with eight tables ("slicing by 8"), so the wire needs no library
- * beyond glibc (tbrt's libibverbs.so links this). crc32_step takes and
- * gives the register before the final inversion. */
-#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "crc32_step reads words little endian"
-#endif
-static uint32_t crc_tab[8][256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (c >> 1) ^ 0xedb88320u : c >> 1;
-        crc_tab[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
-            crc_tab[t][i] = (crc_tab[t - 1][i] >> 8) ^ crc_tab[0][crc_tab[t - 1][i] & 0xff];
-}
-static void crc_fold_check(void);
-static void crc_setup(void)
-{
-    crc_init();
-    crc_fold_check();
-}
-
-static uint32_t crc32_table(uint32_t c, const void *buf, size_t n)
-{
-    const uint8_t *p = buf;
-    while (n && ((uintptr_t)p & 7)) {
-        c = crc_tab[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-        n--;
-    }
-    while (n >= 8) {
-        uint32_t lo, hi;
-        memcpy(&lo, p, 4);
-        memcpy(&hi, p + 4, 4);
-        lo ^= c;                /* little endian: the first byte is the lowest */
-        c = crc_tab[7][lo & 0xff] ^ crc_tab[6][(lo >> 8) & 0xff] ^ crc_tab[5][(lo >> 16) & 0xff] ^
-            crc_tab[4][lo >> 24] ^ crc_tab[3][hi & 0xff] ^ crc_tab[2][(hi >> 8) & 0xff] ^
-            crc_tab[1][(hi >> 16) & 0xff] ^ crc_tab[0][hi >> 24];
-        p += 8;
-        n -= 8;
-    }
-    while (n--)
-        c = crc_tab[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-    return c;
-}
-
-/* The same CRC 16 bytes a step with carry-less multiplication (x86-64
- * PCLMULQDQ), where the CPU has it: a 4 KiB packet costs ~0.3 us instead
- * of ~2 us, and the ICRC was the largest cost of the wire's bandwidth
- * (both ends compute it over every byte). Four 128-bit accumulators are
- * folded 64 bytes ahead (x^512 and x^576 mod P), then into one (x^128,
- * x^192), whose remainder the table takes: a register that starts at 0
- * and meets the folded 16 bytes gives the CRC of everything before them
- * (the constants are those of IEEE 802.3's polynomial, reflected, as
- * Intel's paper on CRC folding derives them). Checked against the table
- * at first use; a mismatch keeps the table. */
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define CRC_FOLD 1
-__attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_fold(uint32_t c, const uint8_t *p,
-                                                                      size_t n, size_t *used)
-{
-    /* n >= 64 */
-    const __m128i k4 = _mm_set_epi64x(0x1c6e41596ll, 0x154442bd4ll); /* hi, lo */
-    const __m128i k1 = _mm_set_epi64x(0x0ccaa009ell, 0x1751997d0ll);
-    __m128i x0 = _mm_loadu_si128((const __m128i *)p);
-    __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 16));
-    __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 32));
-    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 48));
-    x0 = _mm_xor_si128(x0, _mm_cvtsi32_si128((int)c));
-    size_t off = 64;
-#define FOLD(x, k, next)                                                                    \
-    _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00),                            \
-                                _mm_clmulepi64_si128(x, k, 0x11)),                           \
-                  next)
-    while (n - off >= 64) {
-        x0 = FOLD(x0, k4, _mm_loadu_si128((const __m128i *)(p + off)));
-        x1 = FOLD(x1, k4, _mm_loadu_si128((const __m128i *)(p + off + 16)));
-        x2 = FOLD(x2, k4, _mm_loadu_si128((const __m128i *)(p + off + 32)));
-        x3 = FOLD(x3, k4, _mm_loadu_si128((const __m128i *)(p + off + 48)));
-        off += 64;
-    }
-    x0 = FOLD(x0, k1, x1);
-    x0 = FOLD(x0, k1, x2);
-    x0 = FOLD(x0, k1, x3);
-    while (n - off >= 16) {
-        x0 = FOLD(x0, k1, _mm_loadu_si128((const __m128i *)(p + off)));
-        off += 16;
-    }
-#undef FOLD
-    uint8_t rest[16];
-    _mm_storeu_si128((__m128i *)rest, x0);
-    *used = off;
-    return crc32_table(0, rest, 16);
-}
-static bool crc_fold_ok;
-#endif
-
-static uint32_t crc32_step(uint32_t c, const void *buf, size_t n)
-{
-#ifdef CRC_FOLD
-    if (n >= 64 && crc_fold_ok) {
-        size_t used;
-        c = crc32_fold(c, buf, n, &used);
-        return crc32_table(c, (const uint8_t *)buf + used, n - used);
-    }
-#endif
-    return crc32_table(c, buf, n);
-}
-
-/* The folding agrees with the table on every length 64..600 and
- * several starting registers, or it is not used. */
-static void crc_fold_check(void)
-{
-#ifdef CRC_FOLD
-    if (!__builtin_cpu_supports("pclmul") || !__builtin_cpu_supports("sse4.1"))
-        return;
-    uint8_t buf[600];
-    uint32_t x = 0x12345678u;
-    for (size_t i = 0; i < sizeof buf; i++) {
-        x = x * 1103515245u + 12345u;
-        buf[i] = (uint8_t)(x >> 16);
-    }
-    for (size_t n = 64; n <= sizeof buf; n++) {
-        uint32_t start = n & 1 ? 0xffffffffu : (uint32_t)(n * 2654435761u), used;
-        size_t u;
-        uint32_t f = crc32_fold(start, buf + (n & 7), n - (n & 7), &u);
-        used = (uint32_t)u;
-        f = crc32_table(f, buf + (n & 7) + used, n - (n & 7) - used);
-        if (f != crc32_table(start, buf + (n & 7), n - (n & 7)))
-            return;
-    }
-    crc_fold_ok = true;
-#endif
-}
 
 static const uint16_t op_flags[32] = {
     [UDP_OP_SEND_FIRST] = UDP_F_REQ | UDP_F_SEND | UDP_F_PAYLOAD | UDP_F_FIRST,
@@ -434,15 +293,14 @@ uint32_t udp_icrc(const struct udp_path *path, const uint8_t *hdr, uint32_t hlen
     uint32_t n = udp_ip_headers(path, total, true, ph);
     memcpy(ph + n, hdr, UDP_BTH);
     ph[n + 4] = 0xff;           /* BTH resv8a (FECN, BECN) */
-    pthread_once(&crc_once, crc_setup);
-    uint32_t c = crc32_step(0xffffffffu, ones, 8);
-    c = crc32_step(c, ph, n + UDP_BTH);
-    c = crc32_step(c, hdr + UDP_BTH, hlen - UDP_BTH);
+    uint32_t c = udp_crc32(0xffffffffu, ones, 8);
+    c = udp_crc32(c, ph, n + UDP_BTH);
+    c = udp_crc32(c, hdr + UDP_BTH, hlen - UDP_BTH);
     for (int i = 0; i < npieces; i++)
         if (pieces[i].len)
-            c = crc32_step(c, pieces[i].p, pieces[i].len);
+            c = udp_crc32(c, pieces[i].p, pieces[i].len);
     if (pad)
-        c = crc32_step(c, zeros, pad);
+        c = udp_crc32(c, zeros, pad);
     return ~c;
 }
 
