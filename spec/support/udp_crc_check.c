@@ -43,8 +43,8 @@ int main(void)
         printf("%s check 0x%08x mismatches %u\n", names[way], ~check, bad);
     }
     /* what the wire calls is the way it says it uses */
-    uint32_t used = udp_crc32(0xffffffffu, buf, 4096), table;
-    udp_crc32_by(UDP_CRC_TABLE, 0xffffffffu, buf, 4096, &table);
+    uint32_t used = udp_crc32(0xffffffffu, buf, 2200), table;
+    udp_crc32_by(UDP_CRC_TABLE, 0xffffffffu, buf, 2200, &table);
     printf("udp_crc32 %s\n", used == table ? "agrees" : "differs");
     return 0;
 }
