@@ -108,9 +108,11 @@ $(TBRT): $(HOST_OBJ)
 $(BENCH_C): scripts/bench/tbrt_bench.c $(HEADERS) $(LIB_SO)
 	$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -ltbrt -Wl,-rpath,'$$ORIGIN'
 
+# tbrt-memcpy measures the core's bulk copy, which the library does not export
+$(BUILD)/tbrt-memcpy: BENCH_EXTRA := core/util/copy.c
 $(BENCH_MORE): $(BUILD)/tbrt-%: scripts/bench/tbrt_%.c scripts/bench/bench_common.c \
-                scripts/bench/bench_common.h $(HEADERS) $(LIB_SO)
-	$(CC) $(ALL_CFLAGS) -o $@ $< scripts/bench/bench_common.c -L$(BUILD) -ltbrt -Wl,-rpath,'$$ORIGIN'
+                scripts/bench/bench_common.h $(HEADERS) $(LIB_SO) core/util/copy.c
+	$(CC) $(ALL_CFLAGS) -o $@ $< scripts/bench/bench_common.c $(BENCH_EXTRA) -L$(BUILD) -ltbrt -Wl,-rpath,'$$ORIGIN'
 
 $(PC): Makefile
 	@mkdir -p $(dir $@)

@@ -46,12 +46,12 @@ describe("the bench's programs", function()
     assert.is_true(json.bw > 0 and json.lat_us > 0 and json.rss_kib > 0 and json.setup_ms > 0)
   end)
 
-  it("measure the memcpy ceilings, and glibc's cliff beside tbrt_copy", function()
+  it("measure the memcpy ceilings, and glibc's cliff beside bulk_copy", function()
     local out = run(H.build .. "/tbrt-memcpy", {})
     local names = {}
     for name in out:gmatch("([%w_]+) [%d.]+ GB/s\n") do names[#names + 1] = name end
     assert.same({ "memcpy_4m_hot", "memcpy_128k_ring16", "memcpy_64k_skew16", "memcpy_64k_aligned",
-      "tbrt_copy_64k_skew16" }, names)
+      "bulk_copy_64k_skew16" }, names)
   end)
 
   it("refuse bad arguments with the usage", function()

@@ -1,37 +1,18 @@
 -- copy_spec.lua - the core's bulk copy (util/copy.h): the piecewise copy
 -- that steps around glibc's REP MOVSB cliff copies every byte and nothing
--- else, and messages from and into buffers at every offset that meets the
--- cliff arrive intact through a link (sends into the ring, receives out of
--- it, the soft device's copies between them).
+-- else (build/test/bulk-copy: the copy is internal to the library), and
+-- messages from and into buffers at every offset that meets the cliff
+-- arrive intact through a link (sends into the ring, receives out of it,
+-- the soft device's copies between them).
 local ffi = require("ffi")
-local core = require("tbrt.ffi")
+local H = require("helpers")
 local L = require("links")
 
-ffi.cdef [[ void tbrt_copy_pieces(void *dst, const void *src, size_t n); ]]
-local C = core.C
-
-describe("tbrt_copy's piecewise copy", function()
-  it("copies exactly n bytes, any size, any skew, and writes nothing around them", function()
-    local SPAN = 70000
-    local src = L.pattern(SPAN + 64, 3)
-    local dst = ffi.new("uint8_t[?]", SPAN + 256)
-    for _, n in ipairs { 0, 1, 63, 1023, 1024, 1025, 2047, 2048, 4096 + 7, 65536, 65536 + 13 } do
-      for _, skew in ipairs { 0, 1, 8, 16, 31, 63 } do
-        ffi.fill(dst, SPAN + 256, 0xee)
-        C.tbrt_copy_pieces(dst + 64 + skew, src + 5, n)
-        for i = 0, 63 + skew do
-          assert(dst[i] == 0xee, "wrote before the destination: n " .. n .. " skew " .. skew)
-        end
-        for i = 0, n - 1 do
-          if dst[64 + skew + i] ~= src[5 + i] then
-            error("byte " .. i .. " of " .. n .. " wrong (skew " .. skew .. ")")
-          end
-        end
-        for i = 64 + skew + n, 64 + skew + n + 127 do
-          assert(dst[i] == 0xee, "wrote past the end: n " .. n .. " skew " .. skew)
-        end
-      end
-    end
+describe("the core's bulk copy", function()
+  it("copies exactly n bytes, any size, any skew, pieces or not, and writes nothing around them", function()
+    local r = H.run(H.build .. "/test/bulk-copy", {}, { timeout = 60 })
+    assert.equal(0, r.code, H.describe(r))
+    assert.matches("^checked %d+\n$", r.stdout)
   end)
 end)
 

@@ -138,7 +138,7 @@ uint32_t soft_place_data(struct soft_dev *sd, const struct soft_rwr *rw,
                 return rc == -EPERM ? SOFT_VERR_NOT_SHARED : SOFT_VERR_LKEY;
             remember_region(sd, g->lkey);
         }
-        tbrt_copy(dst, r->data + off, n);
+        bulk_copy(dst, r->data + off, n);
         off += n;
     }
     return 0;

@@ -1,4 +1,4 @@
-/* copy.c - the slow half of tbrt_copy (copy.h): a copy whose ends meet
+/* copy.c - the slow half of bulk_copy (copy.h): a copy whose ends meet
  * REP MOVSB's cliff goes as pieces small enough that glibc copies each
  * with vector loads and stores. */
 #include "util/copy.h"
@@ -13,7 +13,7 @@
  * and a loop of them it would make one memcpy of the whole. */
 static void *(*volatile piece_copy)(void *, const void *, size_t) = memcpy;
 
-void tbrt_copy_pieces(void *dst, const void *src, size_t n)
+void bulk_copy_pieces(void *dst, const void *src, size_t n)
 {
     void *(*copy)(void *, const void *, size_t) = piece_copy;
     char *d = dst;

@@ -20,26 +20,26 @@
 #include <string.h>
 
 /* The copy in pieces (copy.c). */
-void tbrt_copy_pieces(void *dst, const void *src, size_t n);
+void bulk_copy_pieces(void *dst, const void *src, size_t n);
 
-#define TBRT_COPY_CLIFF_MIN 2048 /* glibc's smallest REP MOVSB threshold (SSE2) */
-#define TBRT_COPY_CLIFF_SPAN 64  /* destinations this close past the source, mod 4 KiB */
+#define BULK_COPY_CLIFF_MIN 2048 /* glibc's smallest REP MOVSB threshold (SSE2) */
+#define BULK_COPY_CLIFF_SPAN 64  /* destinations this close past the source, mod 4 KiB */
 
-static inline void *tbrt_copy(void *dst, const void *src, size_t n)
+static inline void *bulk_copy(void *dst, const void *src, size_t n)
 {
     uintptr_t d = ((uintptr_t)dst - (uintptr_t)src) & 4095;
-    if (__builtin_expect(n >= TBRT_COPY_CLIFF_MIN && d - 1 < TBRT_COPY_CLIFF_SPAN - 1, 0)) {
-        tbrt_copy_pieces(dst, src, n);
+    if (__builtin_expect(n >= BULK_COPY_CLIFF_MIN && d - 1 < BULK_COPY_CLIFF_SPAN - 1, 0)) {
+        bulk_copy_pieces(dst, src, n);
         return dst;
     }
     return memcpy(dst, src, n);
 }
 
 /* The same where the two may overlap (memmove's contract). */
-static inline void *tbrt_move(void *dst, const void *src, size_t n)
+static inline void *bulk_move(void *dst, const void *src, size_t n)
 {
     if ((const char *)dst + n <= (const char *)src || (const char *)src + n <= (const char *)dst)
-        return tbrt_copy(dst, src, n);
+        return bulk_copy(dst, src, n);
     return memmove(dst, src, n);
 }
 

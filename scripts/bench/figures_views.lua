@@ -98,7 +98,7 @@ return function(env)
     { "memcpy_128k_ring16", "memcpy 128 KiB into a 16-slot ring", memcpy("128k_ring16") },
     { "memcpy_64k_skew16", "memcpy 64 KiB, dst 16 B past src", memcpy("64k_skew16") },
     { "memcpy_64k_aligned", "memcpy 64 KiB, same page offsets", memcpy("64k_aligned") },
-    { "tbrt_copy_64k_skew16", "tbrt_copy 64 KiB, dst 16 B past src", memcpy("64k_skew16", "tbrt_copy_") },
+    { "bulk_copy_64k_skew16", "bulk_copy 64 KiB, dst 16 B past src", memcpy("64k_skew16", "bulk_copy_") },
     { "c_copy4m", "tbrt soft C stream copies 4 MiB", stream(stream_c, "soft", P, "copy", 4194304, 300) },
     { "c_view4m", "tbrt soft C stream views 4 MiB", stream(stream_c, "soft", P, "view", 4194304, 300) },
     { "lua_copy4m", "tbrt soft Lua stream copies 4 MiB", stream(stream_lua, "soft", P, "copy", 4194304, 300) },
@@ -123,7 +123,7 @@ return function(env)
     -- glibc's REP MOVSB cliff (util/copy.h): what the core's copies avoid
     row("memcpy 64 KiB, dst 16 B past src, GB/s", "memcpy_64k_skew16", "memcpy_64k_aligned",
       "same offsets", nil),
-    row("tbrt_copy 64 KiB, dst 16 B past src, GB/s", "tbrt_copy_64k_skew16", "memcpy_64k_aligned",
+    row("bulk_copy 64 KiB, dst 16 B past src, GB/s", "bulk_copy_64k_skew16", "memcpy_64k_aligned",
       "same offsets", nil),
     row("views / copies, 64 KiB stream (Lua)", "lua_view64", "lua_copy64", "copying path", ">=", 1.2),
     row("views / copies, 4 MiB stream (Lua)", "lua_view4m", "lua_copy4m", "copying path", ">=", 1.2),

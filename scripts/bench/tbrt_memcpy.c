@@ -12,7 +12,7 @@
  *                       REP MOVSB runs at a twentieth of its speed on some
  *                       CPUs (util/copy.h)
  *   memcpy_64k_aligned  the same with both at the same offset
- *   tbrt_copy_64k_skew16  the first through tbrt_copy, the core's bulk copy
+ *   bulk_copy_64k_skew16  the first through bulk_copy, the core's bulk copy
  *
  * Each figure ("name X GB/s", 1 GB = 1e9 B) is the median of 5 timed runs
  * of about 0.1 s each, after an untimed one. */
@@ -85,6 +85,6 @@ int main(void)
     figure("memcpy_128k_ring16", 128u << 10, 16);
     figure_with("memcpy_64k_skew16", 64u << 10, 1, memcpy, 16);
     figure_with("memcpy_64k_aligned", 64u << 10, 1, memcpy, 0);
-    figure_with("tbrt_copy_64k_skew16", 64u << 10, 1, tbrt_copy, 16);
+    figure_with("bulk_copy_64k_skew16", 64u << 10, 1, bulk_copy, 16);
     return 0;
 }

@@ -152,7 +152,7 @@ static int post_ctl(struct xport *x, uint32_t magic, const void *payload, uint32
     uint8_t f[TBRT_STRIDE_HDR + FRAME_OFFER_LEN];
     uint32_t seq = x->send_seq++;
     frame_hdr_write(f, magic, len, seq);
-    tbrt_copy(f + TBRT_STRIDE_HDR, payload, len);
+    bulk_copy(f + TBRT_STRIDE_HDR, payload, len);
     struct ibv_sge sge = {.addr = (uintptr_t)f, .length = TBRT_STRIDE_HDR + len,
                           .lkey = x->send_mr->lkey};
     struct ibv_send_wr wr = {.wr_id = RDMA_DIRECT_TAG | WR_CTL, .sg_list = &sge, .num_sge = 1,
@@ -385,7 +385,7 @@ intptr_t direct_recv(struct xport *x, struct link_inq *q, uint8_t *dst, size_t w
             size_t n = TBRT_MIN(want, (size_t)h);
             const uint8_t *from = here_at(x, q);
             if (from != dst)
-                tbrt_move(dst, from, n);
+                bulk_move(dst, from, n);
             return direct_consume(x, q, n) ? -x->err : (intptr_t)n;
         }
         size_t n = TBRT_MIN(want, (size_t)(q->len - q->off));

@@ -238,7 +238,7 @@ static int post_chunk(struct xport *x, const uint8_t *p, uint32_t n)
         wr.send_flags |= IBV_SEND_INLINE;
     } else {
         if (p != x->send_mem)   /* a committed view is there already */
-            tbrt_copy(x->send_mem, p, n);
+            bulk_copy(x->send_mem, p, n);
         sge.addr = (uintptr_t)x->send_mem;
         sge.lkey = x->send_mr->lkey;
     }

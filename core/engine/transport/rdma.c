@@ -547,7 +547,7 @@ static intptr_t rdma_send(struct xport *x, const void *buf, size_t len)
             break;
         uint8_t *at = x->send_mem + (size_t)x->pend_buf * x->stride + x->hdr + x->pend_len;
         size_t n = TBRT_MIN(len - done, (size_t)(x->payload - x->pend_len));
-        tbrt_copy(at, p + done, n);
+        bulk_copy(at, p + done, n);
         x->pend_len += (uint32_t)n;
         done += n;
         if (x->pend_len == x->payload && rdma_post_pending(x))
@@ -600,7 +600,7 @@ intptr_t rdma_recv(struct xport *x, void *buf, size_t len)
             continue;
         }
         size_t n = TBRT_MIN(len - done, (size_t)(q->len - q->off));
-        tbrt_copy(p + done, x->recv_mem + (size_t)q->buf * x->stride + x->hdr + q->off, n);
+        bulk_copy(p + done, x->recv_mem + (size_t)q->buf * x->stride + x->hdr + q->off, n);
         done += n;
         if (rdma_consume(x, q, n))
             return -x->err;

@@ -92,7 +92,7 @@ static intptr_t tcp_send(struct xport *x, const void *buf, size_t len)
     size_t n = TBRT_MIN(room, len);
     if (n == 0)
         return -EAGAIN;
-    tbrt_copy(x->tcp_buf + x->tcp_len, buf, n);
+    bulk_copy(x->tcp_buf + x->tcp_len, buf, n);
     x->tcp_len += n;
     x->stats.bytes_sent += n;
     if (x->tcp_len == x->tcp_cap) {
@@ -116,7 +116,7 @@ static intptr_t tcp_recv(struct xport *x, void *buf, size_t len)
     if (x->tcp_roff < x->tcp_rlen) {
         /* bytes a recv view read and left: they come first */
         size_t n = TBRT_MIN(len, x->tcp_rlen - x->tcp_roff);
-        tbrt_copy(buf, x->tcp_rbuf + x->tcp_roff, n);
+        bulk_copy(buf, x->tcp_rbuf + x->tcp_roff, n);
         x->tcp_roff += n;
         x->stats.bytes_recv += n;
         return (intptr_t)n;

@@ -105,7 +105,7 @@ static uint64_t piece_off(uint64_t len, uint32_t i)
 static uint64_t copy_pieces(void *dst, const void *src, uint64_t len, uint32_t i, uint32_t k)
 {
     uint64_t off = piece_off(len, i), end = piece_off(len, k);
-    tbrt_copy((char *)dst + off, (const char *)src + off, end - off);
+    bulk_copy((char *)dst + off, (const char *)src + off, end - off);
     return end - off;
 }
 
@@ -117,7 +117,7 @@ int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
      * QP's), and only to another context */
     if (!q || q->qp_type == IBV_QPT_UD || c->len < (c->read ? SHM_COPY_READ_MIN : SHM_COPY_MIN) ||
         n > SHM_COPY_MAX_PIECES || shm_peer_is_self(e->tv->peer)) {
-        tbrt_copy(c->dst, c->src, c->len);
+        bulk_copy(c->dst, c->src, c->len);
         return 0;
     }
     struct shm_copy_job *j = e->tv->copy;
@@ -221,7 +221,7 @@ int shm_copy_pending(struct shm_exec *e, uint32_t gen)
         /* its pieces, copied again (no one else writes there now); the
          * receive is for no one */
         uint64_t off = piece_off(p->len, p->back);
-        tbrt_copy((char *)p->dst + off, (const char *)p->src + off, p->len - off);
+        bulk_copy((char *)p->dst + off, (const char *)p->src + off, p->len - off);
         atomic_store_explicit(&j->claim, 0, memory_order_release);
         return SHM_DONE;
     }

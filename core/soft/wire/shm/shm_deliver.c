@@ -114,7 +114,7 @@ static int scatter(struct shm_exec *e, const struct shm_swr *w, void **src, cons
             /* sums were checked: si stays inside the gather list */
             uint64_t avail = inl ? w->total - soff : w->sge[si].length - soff;
             uint64_t n = TBRT_MIN(avail, take - doff);
-            tbrt_copy((char *)dst + doff, (char *)src[inl ? 0 : si] + soff, n);
+            bulk_copy((char *)dst + doff, (char *)src[inl ? 0 : si] + soff, n);
             doff += n;
             soff += n;
             if (!inl && soff == w->sge[si].length) {
@@ -246,7 +246,7 @@ static void gather_bytes(const struct shm_swr *w, void *const *src, uint8_t *out
     }
     uint64_t off = 0;
     for (uint32_t i = 0; i < w->num_sge; i++) {
-        tbrt_copy(out + off, src[i], w->sge[i].length);
+        bulk_copy(out + off, src[i], w->sge[i].length);
         off += w->sge[i].length;
     }
 }
@@ -438,9 +438,9 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
         for (uint32_t i = 0; i < (inl ? 1 : w->num_sge); i++) {
             uint64_t n = inl ? w->total : w->sge[i].length;
             if (op == IBV_WR_RDMA_READ)
-                tbrt_copy(src[i], (char *)remote + off, n);
+                bulk_copy(src[i], (char *)remote + off, n);
             else
-                tbrt_copy((char *)remote + off, src[i], n);
+                bulk_copy((char *)remote + off, src[i], n);
             off += n;
         }
         if (op != IBV_WR_RDMA_WRITE_WITH_IMM)

@@ -201,7 +201,7 @@ static void write_pkt(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned 
                 nak_fatal(q, p->psn, UDP_AETH_NAK_ACCESS);
             return;
         }
-        tbrt_copy((void *)(uintptr_t)q->wr_va, p->payload, p->paylen);
+        bulk_copy((void *)(uintptr_t)q->wr_va, p->payload, p->paylen);
     }
     q->wr_va += p->paylen;
     q->wr_left -= p->paylen;

@@ -137,9 +137,9 @@ int udp_sge_copy(struct soft_wire *w, const struct ibv_sge *sge, uint32_t n, uin
         if (!udp_mr_find(w, sge[i].lkey, addr, take, to_sge ? IBV_ACCESS_LOCAL_WRITE : 0))
             return -1;
         if (to_sge)
-            tbrt_copy((void *)(uintptr_t)addr, b, take);
+            bulk_copy((void *)(uintptr_t)addr, b, take);
         else
-            tbrt_copy(b, (void *)(uintptr_t)addr, take);
+            bulk_copy(b, (void *)(uintptr_t)addr, take);
         b += take;
         len -= take;
         off = 0;
