@@ -78,8 +78,8 @@ static void msg_build(struct tx_batch *b, unsigned i)
  * (ENOPROTOOPT, EOPNOTSUPP), a segment over the device's MTU (EMSGSIZE),
  * no checksum offload on the device (EIO), a run it does not take
  * (EINVAL). Anything else befell the packets, not the run: a filter's
- * drop (EPERM) turned into "no GSO from now on" left a lossy link at a
- * quarter of its rate. */
+ * drop (EPERM) turned into "no GSO from now on" left a link with 1% drop
+ * at a third of its rate (0.4 GB/s against 1.2 at 4 MiB). */
 static bool gso_refusal(int e)
 {
     return e == ENOPROTOOPT || e == EOPNOTSUPP || e == EMSGSIZE || e == EIO || e == EINVAL;
