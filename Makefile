@@ -110,8 +110,9 @@ $(BENCH_C): scripts/bench/tbrt_bench.c $(HEADERS) $(LIB_SO)
 
 # tbrt-memcpy measures the core's bulk copy, which the library does not export
 $(BUILD)/tbrt-memcpy: BENCH_EXTRA := core/util/copy.c
+$(BUILD)/tbrt-memcpy: core/util/copy.c
 $(BENCH_MORE): $(BUILD)/tbrt-%: scripts/bench/tbrt_%.c scripts/bench/bench_common.c \
-                scripts/bench/bench_common.h $(HEADERS) $(LIB_SO) core/util/copy.c
+                scripts/bench/bench_common.h $(HEADERS) $(LIB_SO)
 	$(CC) $(ALL_CFLAGS) -o $@ $< scripts/bench/bench_common.c $(BENCH_EXTRA) -L$(BUILD) -ltbrt -Wl,-rpath,'$$ORIGIN'
 
 $(PC): Makefile

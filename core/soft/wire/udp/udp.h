@@ -156,7 +156,7 @@ struct udp_piece {
 uint32_t udp_crc32(uint32_t c, const void *buf, size_t n);
 enum { UDP_CRC_TABLE, UDP_CRC_PCLMUL, UDP_CRC_VPCLMUL, UDP_CRC_WAYS };
 const char *udp_crc_way(void);  /* which: "table", "pclmul", "vpclmul" */
-/* One way by name, for tests: -1 if this CPU has not got it. */
+/* One way (UDP_CRC_*), for tests: -1 if this CPU has not got it. */
 int udp_crc32_by(int way, uint32_t c, const void *buf, size_t n, uint32_t *out);
 uint32_t udp_icrc(const struct udp_path *path, const uint8_t *hdr, uint32_t hlen,
                   const struct udp_piece *pieces, int npieces, uint8_t pad);

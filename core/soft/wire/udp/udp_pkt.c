@@ -19,7 +19,6 @@
  * capture writes too, so both ends and Wireshark compute the same. The
  * CRC itself is udp_crc.c's. */
 #include <arpa/inet.h>
-#include <pthread.h>
 #include <string.h>
 
 #include "soft/wire/udp/udp.h"
