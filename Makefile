@@ -6,6 +6,8 @@
 #                      "N passed, N failed, N skipped"
 #   make test          specs against the normal build only
 #   make asan          the sanitizer build in build-asan/
+#   make fuzz          build-fuzz/fuzz-udp-wire: libFuzzer against the soft
+#                      device's UDP wire (clang; every core file instrumented)
 #   make run           tbrt scripts/pair.lua on the default software device
 #   make bench         C- and Lua-driven benchmarks beside the anchor tools
 #   make install PREFIX=/usr/local
@@ -63,7 +65,7 @@ CDEF     := $(BUILD)/gen/tbrt/cdef.lua
 HASH_H   := $(BUILD)/gen/tbrt_header_hash.h
 PC       := $(BUILD)/tbrt.pc
 
-.PHONY: all lib check test test-asan asan run bench install clean deps cdef-check
+.PHONY: all lib check test test-asan asan fuzz run bench install clean deps cdef-check
 BENCH_C  := $(BUILD)/tbrt-bench
 # the other C-driven benchmarks: views against copies, many links, memcpy
 BENCH_MORE := $(BUILD)/tbrt-stream $(BUILD)/tbrt-scale $(BUILD)/tbrt-memcpy $(BUILD)/tbrt-cost
@@ -139,6 +141,14 @@ test-asan: asan
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  TBRT_ASAN=1 $(call SPEC_RUN,build-asan) --summary-file=build-asan/spec-summary
 
+# libFuzzer targets (spec/support/fuzz_*.c): the core built by clang with
+# coverage, ASan and UBSan in build-fuzz/ (clang has no -Wformat-truncation).
+FUZZ_SANITIZE := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+                 -fno-sanitize-recover=undefined
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 CFLAGS=-Wno-unknown-warning-option \
+	  SANITIZE="$(FUZZ_SANITIZE)" build-fuzz/fuzz-udp-wire
+
 # The README's test command is scripts/check.sh (the sanitizer pass, the
 # normal pass, one summary line over both); this runs it too.
 check:
@@ -169,4 +179,4 @@ install: all
 	  echo "ldconfig"; ldconfig; fi
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz

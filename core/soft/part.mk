@@ -6,6 +6,9 @@
 #                                 (spec/support/udp_crc_check.c)
 #   $(BUILD)/test/bulk-copy       the core's bulk copy (util/copy.h), piecewise and not
 #                                 (spec/support/bulk_copy_check.c)
+# and, built by `make fuzz` only (clang, libFuzzer):
+#   $(BUILD)/fuzz-udp-wire        a hostile host's datagrams against the UDP
+#                                 wire (spec/support/fuzz_udp_wire.c)
 SOFT_SCRIBBLE := $(BUILD)/test/soft-scribble
 UDP_CRC_CHECK := $(BUILD)/test/udp-crc
 BULK_COPY_CHECK := $(BUILD)/test/bulk-copy
@@ -23,3 +26,6 @@ $(UDP_CRC_CHECK): spec/support/udp_crc_check.c core/soft/wire/udp/udp.h $(BUILD)
 $(BULK_COPY_CHECK): spec/support/bulk_copy_check.c core/util/copy.h $(BUILD)/libtbrt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libtbrt.a $(LDLIBS_CORE)
+
+$(BUILD)/fuzz-udp-wire: spec/support/fuzz_udp_wire.c core/soft/wire/udp/udp.h $(BUILD)/libtbrt.a
+	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libtbrt.a $(LDLIBS_CORE)
