@@ -1,9 +1,9 @@
 -- fuzz_udp_wire_spec.lua - libFuzzer against the soft device's UDP wire
 -- (spec/support/fuzz_udp_wire.c): datagrams from a hostile host, most of
--- them aimed at a live RC queue pair with a correct ICRC, some with its
--- keys and PSNs, after seeds of every request and response shape (SEND
--- whole and in two packets, with immediate, WRITE, READ, an atomic, ACKs,
--- NAKs, READ responses, garbage). A crash, an ASan or UBSan report, a write
+-- them aimed at a live queue pair (RC, UC, UD) with a correct ICRC, some
+-- with its keys and PSNs, after seeds of every request and response shape
+-- (SEND whole and in two packets, with immediate, WRITE, READ, an atomic,
+-- ACKs, NAKs, READ responses, UC and UD sends, garbage). A crash, an ASan or UBSan report, a write
 -- around the registered regions or a completion status the API has not
 -- fails it; the run is a fixed number of inputs from a fixed seed, so a
 -- failure replays.
@@ -35,7 +35,10 @@ local function rec(flags, pkt)
   return string.char(flags, bit.band(#pkt, 255), bit.rshift(#pkt, 8)) .. pkt
 end
 
-local A, B, KEEP_QPN, KEEP_ICRC, TURN, KEYS, PSN = 0, 1, 2, 4, 8, 16, 32
+-- record flags (spec/support/fuzz_udp_wire.c): the target (a, b RC; c UC; u
+-- UD), then what the harness does to the packet
+local A, B, C, U, KEEP_QPN, KEEP_ICRC, TURN, KEYS, PSN = 0, 1, 2, 3, 4, 8, 16, 32, 64
+local function deth(qkey, sqpn) return be(qkey, 4) .. "\0" .. be(sqpn, 3) end
 local seeds = {
   -- to a: requests from "b"
   string.char(0) .. rec(PSN + TURN, bth(0x04, true) .. bytes(64)),                 -- SEND only
@@ -52,7 +55,15 @@ local seeds = {
   string.char(1) .. rec(B + PSN + TURN, bth(0x11, false) .. aeth(0x21, 0)),        -- RNR NAK
   string.char(4) .. rec(B + PSN + TURN, bth(0x10, false) .. aeth(0x1f, 1) .. bytes(200)),
   string.char(8) .. rec(B + PSN + TURN, bth(0x12, false) .. aeth(0x1f, 1) .. be(42, 8)),
-  string.char(31) .. rec(A + KEEP_QPN + KEEP_ICRC + TURN, bytes(40)),             -- garbage
+  -- to c (UC), with d's own SEND in flight: a SEND, a WRITE in two packets
+  string.char(32) .. rec(C + PSN + TURN, bth(0x24, false) .. bytes(48)),
+  string.char(0) .. rec(C + PSN + KEYS, bth(0x26, false) .. reth(4096, 1100) .. bytes(1024)) ..
+    rec(C + PSN + TURN, bth(0x28, false) .. bytes(76)),
+  -- to u (UD): a SEND with its Q_Key, and with immediate
+  string.char(0) .. rec(U + KEYS + TURN, bth(0x64, false) .. deth(0, 0x99) .. bytes(100)),
+  string.char(0) .. rec(U + KEYS + TURN, bth(0x65, false) .. deth(0, 0x99) .. be(9, 4) ..
+    bytes(20)),
+  string.char(127) .. rec(A + KEEP_QPN + KEEP_ICRC + TURN, bytes(40)),            -- garbage
 }
 
 local describe_once = os.getenv("TBRT_ASAN") and function() end or describe
@@ -87,7 +98,7 @@ describe_once("the UDP wire against a hostile host's datagrams (libFuzzer)", fun
 
   local function fabric() return { TBRT_SOFT_FABRIC = "fuzz-" .. math.floor(H.now() * 1000) } end
 
-  it("reaches both queue pairs with the seeds: requests taken and acknowledged, NAKs heard", function()
+  it("reaches every queue pair with the seeds: requests taken and acknowledged, NAKs heard, UC and UD sends taken", function()
     if not built then pending(why) return end
     local dir = seeds_dir()
     local env = fabric()
@@ -104,6 +115,8 @@ describe_once("the UDP wire against a hostile host's datagrams (libFuzzer)", fun
     assert.is_true(count("b", "acks_recv") > 0, "QP b: " .. tostring(last.b))
     assert.is_true(count("b", "naks_recv") > 0, "QP b: " .. tostring(last.b))
     assert.is_true(count("b", "rnr_naks_recv") > 0, "QP b: " .. tostring(last.b))
+    assert.is_true(count("c", "pkts_recv") >= 4, "QP c: " .. tostring(last.c))
+    assert.is_true(count("u", "pkts_recv") >= 2, "QP u: " .. tostring(last.u))
   end)
 
   it("takes " .. RUNS .. " inputs from the seeds of every packet shape without a fault", function()

@@ -1,9 +1,10 @@
 /* fuzz_udp_wire.c - libFuzzer target: a hostile host on the network against
- * the soft device's UDP wire (RoCEv2). Two RC queue pairs of one soft device
- * talk over the wire on loopback, with receives posted and (as the input
- * asks) a SEND, WRITE, READ or atomic of their own in flight; the input is a
- * run of datagrams sent from another socket to the wire's port, most of them
- * aimed at one of the two QPNs and given a correct ICRC (a wrong one is
+ * the soft device's UDP wire (RoCEv2). Queue pairs of one soft device talk
+ * over the wire on loopback (RC a and b, UC c and d, and UD u), with receives
+ * posted and (as the input asks) a SEND, WRITE, READ or atomic of their own
+ * in flight; the input is a run of datagrams sent from another socket to the
+ * wire's port, most of them aimed at one of a, b, c, u and given a correct
+ * ICRC (a wrong one is
  * dropped before anything reads the packet, so a fuzzer left to find CRCs
  * would never get past it). Whatever comes, the device must not crash, read
  * or write outside what it may (ASan), or touch a byte of the memory around
@@ -15,17 +16,17 @@
  *   build-fuzz/fuzz-udp-wire -runs=N -seed=S [CORPUS_DIR]
  *
  * Input: records of [flags:1][len:2, little-endian][bytes:len] (len at most
- * PKT_MAX). flags bit 0: aim at QP b
- * (else a), bit 1: keep the input's QPN, bit 2: keep the input's ICRC, bit
- * 3: let the device take a turn before the next record, bit 4: a RETH's or
- * atomic ETH's rkey made the target's and its address a place in or near
- * its region (the input's low address bits, from 2 KiB before it), bit 5:
- * the PSN made the next of a run to that QP (so messages of several
- * packets can be put together); the first byte of
- * the input says what the queue pairs have in flight (bits 0..2: b sends
- * a SEND, WRITE, READ to a; bit 3: an atomic; bit 4: a sends to b). The
- * queue pairs are reset to PSN 0 for every input, so one input replays the
- * same way. */
+ * PKT_MAX). flags bits 0-1: the QP aimed at (a, b, c, u), bit 2: keep the
+ * input's QPN, bit 3: keep the input's ICRC, bit 4: let the device take a
+ * turn before the next record, bit 5: a RETH's or atomic ETH's rkey made
+ * the target's and its address a place in or near its region (the input's
+ * low address bits, from 2 KiB before it), a DETH's Q_Key u's, bit 6: the
+ * PSN made the next of a run to that QP (so messages of several packets
+ * can be put together). The first byte of the input says what the queue
+ * pairs have in flight (bits 0..2: b sends a SEND, WRITE, READ to a; bit 3:
+ * an atomic; bit 4: a sends to b; bits 5, 6: d sends a SEND, a WRITE to c).
+ * The queue pairs are reset to PSN 0 for every input, so one input replays
+ * the same way. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdint.h>
@@ -43,9 +44,11 @@
 #define REGION 65536            /* each QP's registered buffer */
 #define GUARD 4096              /* untouchable bytes either side of it */
 #define DEPTH 16
+#define QKEY 0x11111111u
 #define PKT_MAX 1600            /* a datagram's bytes from the input (MTU 1024 + headers) */
 
 struct end {
+    int type;                   /* IBV_QPT_RC, _UC, _UD */
     tbrt_cq *cq;
     tbrt_qp *qp;
     tbrt_mr *mr;
@@ -54,7 +57,11 @@ struct end {
 
 static tbrt_dev *dev;
 static tbrt_pd *pd;
-static struct end ends[2];
+/* a, b (RC, each other's peers), c, d (UC, the same), u (UD) */
+enum { A, B, C, D, U, NENDS };
+static struct end ends[NENDS];
+/* the QP a record's flags aim at */
+static const int target_of[4] = {A, B, C, U};
 static int gid_index = -1;
 static int sock = -1;
 static struct sockaddr_in wire_addr;
@@ -73,15 +80,19 @@ static void put32(uint8_t *p, uint32_t v)
 static void aim(uint8_t *pkt, uint32_t plen, uint8_t flags, struct end *t, uint32_t *psn)
 {
     unsigned f = udp_op_flags(pkt[0]);
-    if (flags & 0x20) {
+    if (flags & 0x40) {
         pkt[9] = (uint8_t)(*psn >> 16);
         pkt[10] = (uint8_t)(*psn >> 8);
         pkt[11] = (uint8_t)*psn;
         *psn = (*psn + 1) & 0xffffff;
     }
-    if (!(flags & 0x10) || !(f & (UDP_F_RETH | UDP_F_ATOMIC)))
+    if (!(flags & 0x20))
         return;
     uint32_t off = UDP_BTH + (f & UDP_F_DETH ? UDP_DETH : 0);
+    if ((f & UDP_F_DETH) && plen >= UDP_BTH + UDP_DETH)
+        put32(pkt + UDP_BTH, QKEY);
+    if (!(f & (UDP_F_RETH | UDP_F_ATOMIC)))
+        return;
     if (plen < off + 12)
         return;
     uint32_t low = (uint32_t)pkt[off + 5] << 16 | (uint32_t)pkt[off + 6] << 8 | pkt[off + 7];
@@ -99,12 +110,12 @@ static void die(const char *what)
 
 static void guards_check(void)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < NENDS; i++) {
         const uint8_t *m = ends[i].mem;
         for (size_t k = 0; k < GUARD; k++)
             if (m[k] != 0xa5 || m[GUARD + REGION + k] != 0xa5) {
                 fprintf(stderr, "fuzz-udp-wire: a byte around QP %c's region was written "
-                        "(offset %zd from it)\n", 'a' + i,
+                        "(offset %zd from it)\n", "abcdu"[i],
                         m[k] != 0xa5 ? (ssize_t)k - GUARD : (ssize_t)(REGION + k));
                 abort();
             }
@@ -123,14 +134,23 @@ static void reset_qp(struct end *e)
     modify(e->qp, &a, IBV_QP_STATE, "to RESET");
 }
 
-/* INIT -> RTR -> RTS against the other QP, PSNs from 0. */
+/* INIT -> RTR -> RTS against the other QP (UD: none), PSNs from 0. */
 static void connect_qp(struct end *e, uint32_t peer_qpn)
 {
-    struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY,
                              .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                                                 IBV_ACCESS_REMOTE_ATOMIC};
-    modify(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-           "to INIT");
+    if (e->type == IBV_QPT_UC)
+        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    modify(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                          (e->type == IBV_QPT_UD ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS), "to INIT");
+    if (e->type == IBV_QPT_UD) {
+        a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR};
+        modify(e->qp, &a, IBV_QP_STATE, "to RTR");
+        a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .sq_psn = 0};
+        modify(e->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN, "to RTS");
+        return;
+    }
     a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
                              .dest_qp_num = peer_qpn, .rq_psn = 0, .max_dest_rd_atomic = 4,
                              .min_rnr_timer = 1};
@@ -139,14 +159,17 @@ static void connect_qp(struct end *e, uint32_t peer_qpn)
     a.ah_attr.grh.hop_limit = 64;
     a.ah_attr.grh.sgid_index = (uint8_t)gid_index;
     memcpy(a.ah_attr.grh.dgid.raw, path.dgid, 16);
+    int rc_only = e->type == IBV_QPT_RC;
     modify(e->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                          IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+                          IBV_QP_RQ_PSN |
+                          (rc_only ? IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : 0),
            "to RTR");
     /* short timers, few retries: an input's traffic ends within it */
     a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .sq_psn = 0, .timeout = 1, .retry_cnt = 1,
                              .rnr_retry = 1, .max_rd_atomic = 4};
-    modify(e->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                          IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC, "to RTS");
+    modify(e->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN |
+                          (rc_only ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                         IBV_QP_MAX_QP_RD_ATOMIC : 0), "to RTS");
 }
 
 static void post_recvs(struct end *e)
@@ -185,7 +208,7 @@ static void post_one(struct end *from, struct end *to, enum ibv_wr_opcode op)
  * completion checked for a status the API has. */
 static void turn(void)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < NENDS; i++) {
         struct ibv_wc wc[16];
         int n = tbrt_cq_poll(ends[i].cq, 16, wc);
         if (n < 0)
@@ -202,11 +225,11 @@ static void turn(void)
  * one by hand). */
 static void tell(void)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < NENDS; i++) {
         const char *names[64];
         uint64_t v[64];
         int n = tbrt_dev_counters(dev, ends[i].qp->qp_num, names, v, 64);
-        fprintf(stderr, "QP %c:", 'a' + i);
+        fprintf(stderr, "QP %c:", "abcdu"[i]);
         for (int k = 0; k < n; k++)
             if (v[k])
                 fprintf(stderr, " %s=%llu", names[k], (unsigned long long)v[k]);
@@ -253,15 +276,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     gid_index = find_loopback_gid();
     if (gid_index < 0)
         die("no GID ::ffff:127.0.0.1 on port 1");
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < NENDS; i++) {
         struct end *e = &ends[i];
+        e->type = i <= B ? IBV_QPT_RC : i <= D ? IBV_QPT_UC : IBV_QPT_UD;
         e->mem = malloc(GUARD + REGION + GUARD);
         if (!e->mem)
             die("malloc");
         memset(e->mem, 0xa5, GUARD + REGION + GUARD);
         if (tbrt_cq_create(dev, 256, &e->cq))
             die("cq");
-        tbrt_qp_init qi = {.send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
+        tbrt_qp_init qi = {.send_cq = e->cq, .recv_cq = e->cq, .qp_type = e->type,
                            .cap = {.max_send_wr = DEPTH, .max_recv_wr = DEPTH,
                                    .max_send_sge = 1, .max_recv_sge = 1}};
         if (tbrt_qp_create(pd, &qi, &e->qp))
@@ -294,26 +318,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* what the last input left on the way (retransmits, late answers)
      * arrives now, at queue pairs in RESET, which drop it: each input
      * starts from the same state */
-    reset_qp(&ends[0]);
-    reset_qp(&ends[1]);
+    for (int i = 0; i < NENDS; i++)
+        reset_qp(&ends[i]);
     for (int i = 0; i < 4; i++)
         turn();
-    connect_qp(&ends[0], ends[1].qp->qp_num);
-    connect_qp(&ends[1], ends[0].qp->qp_num);
-    post_recvs(&ends[0]);
-    post_recvs(&ends[1]);
+    for (int i = 0; i < NENDS; i++) {
+        connect_qp(&ends[i], i == U ? 0 : ends[i ^ 1].qp->qp_num);
+        post_recvs(&ends[i]);
+    }
     uint8_t what = data[0];
     static const enum ibv_wr_opcode ops[3] = {IBV_WR_SEND, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ};
     for (int k = 0; k < 3; k++)
         if (what & (1u << k))
-            post_one(&ends[1], &ends[0], ops[k]);
+            post_one(&ends[B], &ends[A], ops[k]);
     if (what & 8)
-        post_one(&ends[1], &ends[0], IBV_WR_ATOMIC_FETCH_AND_ADD);
+        post_one(&ends[B], &ends[A], IBV_WR_ATOMIC_FETCH_AND_ADD);
     if (what & 16)
-        post_one(&ends[0], &ends[1], IBV_WR_SEND);
+        post_one(&ends[A], &ends[B], IBV_WR_SEND);
+    if (what & 32)
+        post_one(&ends[D], &ends[C], IBV_WR_SEND);
+    if (what & 64)
+        post_one(&ends[D], &ends[C], IBV_WR_RDMA_WRITE);
     size_t off = 1;
     uint8_t pkt[PKT_MAX + UDP_ICRC];
-    uint32_t psn[2] = {0, 0};
+    uint32_t psn[4] = {0, 0, 0, 0};
     while (off + 3 <= size) {
         uint8_t flags = data[off];
         size_t len = (size_t)data[off + 1] | (size_t)data[off + 2] << 8;
@@ -324,16 +352,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memcpy(pkt, data + off, n);
         off += n;
         uint32_t plen = (uint32_t)n;
-        if (!(flags & 4)) {
+        if (!(flags & 8)) {
             if (plen < UDP_BTH)
                 continue;       /* the wire drops it before its CRC */
-            if (!(flags & 2)) {
-                uint32_t qpn = ends[flags & 1].qp->qp_num;
+            struct end *t = &ends[target_of[flags & 3]];
+            if (!(flags & 4)) {
+                uint32_t qpn = t->qp->qp_num;
                 pkt[5] = (uint8_t)(qpn >> 16);
                 pkt[6] = (uint8_t)(qpn >> 8);
                 pkt[7] = (uint8_t)qpn;
             }
-            aim(pkt, plen, flags, &ends[flags & 1], &psn[flags & 1]);
+            aim(pkt, plen, flags, t, &psn[flags & 3]);
             struct udp_piece body = {pkt + UDP_BTH, plen - UDP_BTH};
             uint32_t c = udp_icrc(&path, pkt, UDP_BTH, &body, 1, 0);
             for (int b = 0; b < 4; b++)
@@ -342,7 +371,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (sendto(sock, pkt, plen, 0, (struct sockaddr *)&wire_addr, sizeof wire_addr) < 0)
             die("sendto");
-        if (flags & 8)
+        if (flags & 16)
             turn();
     }
     for (int i = 0; i < 4; i++)
