@@ -3,7 +3,8 @@
 -- them aimed at a live queue pair (RC, UC, UD) with a correct ICRC, some
 -- with its keys and PSNs, after seeds of every request and response shape
 -- (SEND whole and in two packets, with immediate, WRITE, READ, an atomic,
--- ACKs, NAKs, READ responses, UC and UD sends, garbage). A crash, an ASan or UBSan report, a write
+-- ACKs, NAKs, READ responses, UC and UD sends, sends into a shared receive
+-- queue, garbage). A crash, an ASan or UBSan report, a write
 -- around the registered regions or a completion status the API has not
 -- fails it; the run is a fixed number of inputs from a fixed seed, so a
 -- failure replays.
@@ -36,8 +37,10 @@ local function rec(flags, pkt)
 end
 
 -- record flags (spec/support/fuzz_udp_wire.c): the target (a, b RC; c UC; u
--- UD), then what the harness does to the packet
-local A, B, C, U, KEEP_QPN, KEEP_ICRC, TURN, KEYS, PSN = 0, 1, 2, 3, 4, 8, 16, 32, 64
+-- UD; e RC on a shared receive queue), then what the harness does to the
+-- packet
+local A, B, C, U, E = 0, 1, 2, 3, 4
+local KEEP_QPN, KEEP_ICRC, TURN, KEYS, PSN = 8, 16, 32, 64, 128
 local function deth(qkey, sqpn) return be(qkey, 4) .. "\0" .. be(sqpn, 3) end
 local seeds = {
   -- to a: requests from "b"
@@ -63,7 +66,11 @@ local seeds = {
   string.char(0) .. rec(U + KEYS + TURN, bth(0x64, false) .. deth(0, 0x99) .. bytes(100)),
   string.char(0) .. rec(U + KEYS + TURN, bth(0x65, false) .. deth(0, 0x99) .. be(9, 4) ..
     bytes(20)),
-  string.char(127) .. rec(A + KEEP_QPN + KEEP_ICRC + TURN, bytes(40)),            -- garbage
+  -- to e, its receives from the SRQ, with f's own SEND in flight
+  string.char(128) .. rec(E + PSN + TURN, bth(0x04, true) .. bytes(64)),
+  string.char(0) .. rec(E + PSN, bth(0x00, false) .. bytes(1024)) ..
+    rec(E + PSN + TURN, bth(0x02, true) .. bytes(16)),
+  string.char(255) .. rec(A + KEEP_QPN + KEEP_ICRC + TURN, bytes(40)),            -- garbage
 }
 
 local describe_once = os.getenv("TBRT_ASAN") and function() end or describe
@@ -98,7 +105,7 @@ describe_once("the UDP wire against a hostile host's datagrams (libFuzzer)", fun
 
   local function fabric() return { TBRT_SOFT_FABRIC = "fuzz-" .. math.floor(H.now() * 1000) } end
 
-  it("reaches every queue pair with the seeds: requests taken and acknowledged, NAKs heard, UC and UD sends taken", function()
+  it("reaches every queue pair with the seeds: requests taken and acknowledged, NAKs heard, UC, UD and SRQ sends taken", function()
     if not built then pending(why) return end
     local dir = seeds_dir()
     local env = fabric()
@@ -117,6 +124,8 @@ describe_once("the UDP wire against a hostile host's datagrams (libFuzzer)", fun
     assert.is_true(count("b", "rnr_naks_recv") > 0, "QP b: " .. tostring(last.b))
     assert.is_true(count("c", "pkts_recv") >= 4, "QP c: " .. tostring(last.c))
     assert.is_true(count("u", "pkts_recv") >= 2, "QP u: " .. tostring(last.u))
+    assert.is_true(count("e", "pkts_recv") >= 5, "QP e: " .. tostring(last.e))
+    assert.is_true(count("e", "acks_sent") > 0, "QP e: " .. tostring(last.e))
   end)
 
   it("takes " .. RUNS .. " inputs from the seeds of every packet shape without a fault", function()

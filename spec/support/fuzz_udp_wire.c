@@ -1,9 +1,10 @@
 /* fuzz_udp_wire.c - libFuzzer target: a hostile host on the network against
  * the soft device's UDP wire (RoCEv2). Queue pairs of one soft device talk
- * over the wire on loopback (RC a and b, UC c and d, and UD u), with receives
+ * over the wire on loopback (RC a and b, UC c and d, UD u, and RC e, whose
+ * receives come from a shared receive queue, with f), with receives
  * posted and (as the input asks) a SEND, WRITE, READ or atomic of their own
  * in flight; the input is a run of datagrams sent from another socket to the
- * wire's port, most of them aimed at one of a, b, c, u and given a correct
+ * wire's port, most of them aimed at one of a, b, c, u, e and given a correct
  * ICRC (a wrong one is
  * dropped before anything reads the packet, so a fuzzer left to find CRCs
  * would never get past it). Whatever comes, the device must not crash, read
@@ -16,15 +17,17 @@
  *   build-fuzz/fuzz-udp-wire -runs=N -seed=S [CORPUS_DIR]
  *
  * Input: records of [flags:1][len:2, little-endian][bytes:len] (len at most
- * PKT_MAX). flags bits 0-1: the QP aimed at (a, b, c, u), bit 2: keep the
- * input's QPN, bit 3: keep the input's ICRC, bit 4: let the device take a
- * turn before the next record, bit 5: a RETH's or atomic ETH's rkey made
+ * PKT_MAX). flags bits 0-2: the QP aimed at (a, b, c, u, e, then a, b, c
+ * again), bit 3: keep the input's QPN, bit 4: keep the input's ICRC, bit 5:
+ * let the device take a turn before the next record, bit 6: a RETH's or
+ * atomic ETH's rkey made
  * the target's and its address a place in or near its region (the input's
- * low address bits, from 2 KiB before it), a DETH's Q_Key u's, bit 6: the
+ * low address bits, from 2 KiB before it), a DETH's Q_Key u's, bit 7: the
  * PSN made the next of a run to that QP (so messages of several packets
  * can be put together). The first byte of the input says what the queue
  * pairs have in flight (bits 0..2: b sends a SEND, WRITE, READ to a; bit 3:
- * an atomic; bit 4: a sends to b; bits 5, 6: d sends a SEND, a WRITE to c).
+ * an atomic; bit 4: a sends to b; bits 5, 6: d sends a SEND, a WRITE to c;
+ * bit 7: f sends a SEND to e).
  * The queue pairs are reset to PSN 0 for every input, so one input replays
  * the same way. */
 #include <arpa/inet.h>
@@ -57,11 +60,14 @@ struct end {
 
 static tbrt_dev *dev;
 static tbrt_pd *pd;
-/* a, b (RC, each other's peers), c, d (UC, the same), u (UD) */
-enum { A, B, C, D, U, NENDS };
+/* a, b (RC, each other's peers), c, d (UC, the same), u (UD), e, f (RC, the
+ * same; e's receives from the SRQ) */
+enum { A, B, C, D, U, E, F, NENDS };
 static struct end ends[NENDS];
+static tbrt_srq *srq;           /* e's */
 /* the QP a record's flags aim at */
-static const int target_of[4] = {A, B, C, U};
+static const int target_of[8] = {A, B, C, U, E, A, B, C};
+static const int peer_of[NENDS] = {B, A, D, C, -1, F, E};
 static int gid_index = -1;
 static int sock = -1;
 static struct sockaddr_in wire_addr;
@@ -80,13 +86,13 @@ static void put32(uint8_t *p, uint32_t v)
 static void aim(uint8_t *pkt, uint32_t plen, uint8_t flags, struct end *t, uint32_t *psn)
 {
     unsigned f = udp_op_flags(pkt[0]);
-    if (flags & 0x40) {
+    if (flags & 0x80) {
         pkt[9] = (uint8_t)(*psn >> 16);
         pkt[10] = (uint8_t)(*psn >> 8);
         pkt[11] = (uint8_t)*psn;
         *psn = (*psn + 1) & 0xffffff;
     }
-    if (!(flags & 0x20))
+    if (!(flags & 0x40))
         return;
     uint32_t off = UDP_BTH + (f & UDP_F_DETH ? UDP_DETH : 0);
     if ((f & UDP_F_DETH) && plen >= UDP_BTH + UDP_DETH)
@@ -115,7 +121,7 @@ static void guards_check(void)
         for (size_t k = 0; k < GUARD; k++)
             if (m[k] != 0xa5 || m[GUARD + REGION + k] != 0xa5) {
                 fprintf(stderr, "fuzz-udp-wire: a byte around QP %c's region was written "
-                        "(offset %zd from it)\n", "abcdu"[i],
+                        "(offset %zd from it)\n", "abcduef"[i],
                         m[k] != 0xa5 ? (ssize_t)k - GUARD : (ssize_t)(REGION + k));
                 abort();
             }
@@ -172,14 +178,28 @@ static void connect_qp(struct end *e, uint32_t peer_qpn)
                                          IBV_QP_MAX_QP_RD_ATOMIC : 0), "to RTS");
 }
 
+/* Receives for a QP (e's into the SRQ, which keeps what it has: an
+ * input tops it up to DEPTH / 2 at most, counting what came back) */
+static uint32_t srq_posted;
+
 static void post_recvs(struct end *e)
 {
+    bool shared = e == &ends[E];
     for (uint32_t i = 0; i < DEPTH / 2; i++) {
+        if (shared && srq_posted >= DEPTH / 2)
+            break;
         struct ibv_sge sge = {.addr = (uintptr_t)region(e) + i * (REGION / DEPTH),
                               .length = REGION / DEPTH, .lkey = e->mr->lkey};
-        struct ibv_recv_wr wr = {.wr_id = i, .sg_list = &sge, .num_sge = 1};
-        if (tbrt_post_recv(e->qp, &wr, NULL))
+        struct ibv_recv_wr wr = {.wr_id = shared ? 1000 + i : i, .sg_list = &sge, .num_sge = 1};
+        if (shared) {
+            /* full: our count of what came back is behind (a reset QP's
+             * completions do not come), and full is what we wanted */
+            if (tbrt_post_srq_recv(srq, &wr, NULL))
+                break;
+            srq_posted++;
+        } else if (tbrt_post_recv(e->qp, &wr, NULL)) {
             die("post_recv");
+        }
     }
 }
 
@@ -213,11 +233,14 @@ static void turn(void)
         int n = tbrt_cq_poll(ends[i].cq, 16, wc);
         if (n < 0)
             return;             /* an overrun is reported; not a crash */
-        for (int k = 0; k < n; k++)
+        for (int k = 0; k < n; k++) {
+            if (wc[k].wr_id >= 1000 && wc[k].wr_id < 1000 + DEPTH && srq_posted)
+                srq_posted--;   /* an SRQ receive back, finished or flushed */
             if (wc[k].status > IBV_WC_TM_RNDV_INCOMPLETE) {
                 fprintf(stderr, "fuzz-udp-wire: completion status %d\n", wc[k].status);
                 abort();
             }
+        }
     }
 }
 
@@ -229,7 +252,7 @@ static void tell(void)
         const char *names[64];
         uint64_t v[64];
         int n = tbrt_dev_counters(dev, ends[i].qp->qp_num, names, v, 64);
-        fprintf(stderr, "QP %c:", "abcdu"[i]);
+        fprintf(stderr, "QP %c:", "abcduef"[i]);
         for (int k = 0; k < n; k++)
             if (v[k])
                 fprintf(stderr, " %s=%llu", names[k], (unsigned long long)v[k]);
@@ -278,14 +301,20 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         die("no GID ::ffff:127.0.0.1 on port 1");
     for (int i = 0; i < NENDS; i++) {
         struct end *e = &ends[i];
-        e->type = i <= B ? IBV_QPT_RC : i <= D ? IBV_QPT_UC : IBV_QPT_UD;
+        e->type = i == C || i == D ? IBV_QPT_UC : i == U ? IBV_QPT_UD : IBV_QPT_RC;
         e->mem = malloc(GUARD + REGION + GUARD);
         if (!e->mem)
             die("malloc");
         memset(e->mem, 0xa5, GUARD + REGION + GUARD);
         if (tbrt_cq_create(dev, 256, &e->cq))
             die("cq");
+        if (i == E) {
+            struct ibv_srq_attr sa = {.max_wr = DEPTH, .max_sge = 1};
+            if (tbrt_srq_create(pd, &sa, &srq))
+                die("srq");
+        }
         tbrt_qp_init qi = {.send_cq = e->cq, .recv_cq = e->cq, .qp_type = e->type,
+                           .srq = i == E ? srq : NULL,
                            .cap = {.max_send_wr = DEPTH, .max_recv_wr = DEPTH,
                                    .max_send_sge = 1, .max_recv_sge = 1}};
         if (tbrt_qp_create(pd, &qi, &e->qp))
@@ -323,7 +352,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < 4; i++)
         turn();
     for (int i = 0; i < NENDS; i++) {
-        connect_qp(&ends[i], i == U ? 0 : ends[i ^ 1].qp->qp_num);
+        connect_qp(&ends[i], peer_of[i] < 0 ? 0 : ends[peer_of[i]].qp->qp_num);
         post_recvs(&ends[i]);
     }
     uint8_t what = data[0];
@@ -339,9 +368,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         post_one(&ends[D], &ends[C], IBV_WR_SEND);
     if (what & 64)
         post_one(&ends[D], &ends[C], IBV_WR_RDMA_WRITE);
+    if (what & 128)
+        post_one(&ends[F], &ends[E], IBV_WR_SEND);
     size_t off = 1;
     uint8_t pkt[PKT_MAX + UDP_ICRC];
-    uint32_t psn[4] = {0, 0, 0, 0};
+    uint32_t psn[8] = {0};
     while (off + 3 <= size) {
         uint8_t flags = data[off];
         size_t len = (size_t)data[off + 1] | (size_t)data[off + 2] << 8;
@@ -352,17 +383,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memcpy(pkt, data + off, n);
         off += n;
         uint32_t plen = (uint32_t)n;
-        if (!(flags & 8)) {
+        if (!(flags & 0x10)) {
             if (plen < UDP_BTH)
                 continue;       /* the wire drops it before its CRC */
-            struct end *t = &ends[target_of[flags & 3]];
-            if (!(flags & 4)) {
+            struct end *t = &ends[target_of[flags & 7]];
+            if (!(flags & 8)) {
                 uint32_t qpn = t->qp->qp_num;
                 pkt[5] = (uint8_t)(qpn >> 16);
                 pkt[6] = (uint8_t)(qpn >> 8);
                 pkt[7] = (uint8_t)qpn;
             }
-            aim(pkt, plen, flags, t, &psn[flags & 3]);
+            aim(pkt, plen, flags, t, &psn[flags & 7]);
             struct udp_piece body = {pkt + UDP_BTH, plen - UDP_BTH};
             uint32_t c = udp_icrc(&path, pkt, UDP_BTH, &body, 1, 0);
             for (int b = 0; b < 4; b++)
@@ -371,7 +402,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (sendto(sock, pkt, plen, 0, (struct sockaddr *)&wire_addr, sizeof wire_addr) < 0)
             die("sendto");
-        if (flags & 16)
+        if (flags & 0x20)
             turn();
     }
     for (int i = 0; i < 4; i++)
