@@ -81,7 +81,7 @@ static void put32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (24 - 8 * i));
 }
 
-/* flags bits 4 and 5 (see the top): keys and PSNs a blind fuzzer would
+/* flags bits 6 and 7 (see the top): keys and PSNs a blind fuzzer would
  * not guess, so it gets past the checks into what lies behind them */
 static void aim(uint8_t *pkt, uint32_t plen, uint8_t flags, struct end *t, uint32_t *psn)
 {
@@ -278,12 +278,20 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    /* a port of our own for the wire: a fuzzer beside a running fabric must
-     * not talk to it */
+    /* a port of our own for the wire (one the kernel just found free): a
+     * fuzzer beside a running fabric must not talk to it; and a fabric of
+     * its own */
     char port[16];
     const char *p = getenv("TBRT_SOFT_UDP_PORT");
     if (!p) {
-        snprintf(port, sizeof port, "%d", 20000 + (int)(getpid() % 20000));
+        int s = socket(AF_INET, SOCK_DGRAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET};
+        socklen_t al = sizeof a;
+        if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) ||
+            getsockname(s, (struct sockaddr *)&a, &al))
+            die("a free UDP port");
+        close(s);
+        snprintf(port, sizeof port, "%u", ntohs(a.sin_port));
         setenv("TBRT_SOFT_UDP_PORT", port, 1);
         p = port;
     }
