@@ -6,8 +6,8 @@
 #                      "N passed, N failed, N skipped"
 #   make test          specs against the normal build only
 #   make asan          the sanitizer build in build-asan/
-#   make fuzz          build-fuzz/fuzz-udp-wire: libFuzzer against the soft
-#                      device's UDP wire (clang; every core file instrumented)
+#   make fuzz          build-fuzz/fuzz-udp-wire, fuzz-shm-wire: libFuzzer against
+#                      the soft device's wires (clang; every core file instrumented)
 #   make run           tbrt scripts/pair.lua on the default software device
 #   make bench         C- and Lua-driven benchmarks beside the anchor tools
 #   make install PREFIX=/usr/local
@@ -147,7 +147,7 @@ FUZZ_SANITIZE := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-poi
                  -fno-sanitize-recover=undefined
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 CFLAGS=-Wno-unknown-warning-option \
-	  SANITIZE="$(FUZZ_SANITIZE)" build-fuzz/fuzz-udp-wire
+	  SANITIZE="$(FUZZ_SANITIZE)" build-fuzz/fuzz-udp-wire build-fuzz/fuzz-shm-wire
 
 # The README's test command is scripts/check.sh (the sanitizer pass, the
 # normal pass, one summary line over both); this runs it too.

@@ -14,6 +14,7 @@
 -- its libFuzzer runtime is missing. TBRT_FUZZ_RUNS: another count of inputs.
 local bit = require("bit")
 local H = require("helpers")
+local F = require("fuzz")
 
 local RUNS = tonumber(os.getenv("TBRT_FUZZ_RUNS")) or 20000
 
@@ -76,37 +77,14 @@ local seeds = {
 local describe_once = os.getenv("TBRT_ASAN") and function() end or describe
 
 describe_once("the UDP wire against a hostile host's datagrams (libFuzzer)", function()
-  local prog = H.root .. "/build-fuzz/fuzz-udp-wire"
   local built, why
 
-  setup(function()
-    if not H.run("/bin/sh", { "-c", "command -v clang" }).stdout:match("clang") then
-      why = "clang is not installed"
-      return
-    end
-    local cpus = H.run("nproc", {}).stdout:match("%d+") or "2"
-    local r = H.run("make", { "-C", H.root, "-j" .. cpus, "fuzz" }, { timeout = 600 })
-    if r.code ~= 0 then
-      -- a clang without its libFuzzer runtime cannot link the target
-      if (r.stderr .. r.stdout):match("libclang_rt%.fuzzer") then
-        why = "clang has no libFuzzer runtime"
-        return
-      end
-      error("make fuzz failed: " .. H.describe(r))
-    end
-    built = true
-  end)
-
-  local function seeds_dir()
-    local dir = H.tmpdir()
-    for i, s in ipairs(seeds) do H.write_file(dir .. "/seed" .. i, s) end
-    return dir
-  end
+  setup(function() built, why = F.build() end)
 
   it("reaches every queue pair with the seeds: requests taken and acknowledged, NAKs heard, UC, UD and SRQ sends taken", function()
     if not built then pending(why) return end
-    local dir = seeds_dir()
-    local r = H.run(prog, { "-runs=0", dir }, { timeout = 120, env = { FUZZ_VERBOSE = "1" } })
+    local dir = F.seeds_dir(seeds)
+    local r = F.run("fuzz-udp-wire", { "-runs=0", dir }, { timeout = 120, env = { FUZZ_VERBOSE = "1" } })
     H.rmtree(dir)
     assert.equal(0, r.code, H.describe(r))
     -- the counters after the last seed (FUZZ_VERBOSE: each QP's after each input)
@@ -126,10 +104,7 @@ describe_once("the UDP wire against a hostile host's datagrams (libFuzzer)", fun
 
   it("takes " .. RUNS .. " inputs from the seeds of every packet shape without a fault", function()
     if not built then pending(why) return end
-    local dir = seeds_dir()
-    local r = H.run(prog, { "-runs=" .. RUNS, "-seed=1", "-max_len=4096",
-      "-rss_limit_mb=1024", "-timeout=20", dir }, { timeout = 300 })
-    H.rmtree(dir)
+    local r = F.fuzz("fuzz-udp-wire", seeds, RUNS)
     assert.equal(0, r.code, H.describe(r))
     assert.matches("Done " .. RUNS .. " runs", r.stderr)
   end)

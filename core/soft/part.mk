@@ -9,6 +9,8 @@
 # and, built by `make fuzz` only (clang, libFuzzer):
 #   $(BUILD)/fuzz-udp-wire        a hostile host's datagrams against the UDP
 #                                 wire (spec/support/fuzz_udp_wire.c)
+#   $(BUILD)/fuzz-shm-wire        a hostile peer's writes into the shared memory
+#                                 of the shm wire (spec/support/fuzz_shm_wire.c)
 SOFT_SCRIBBLE := $(BUILD)/test/soft-scribble
 UDP_CRC_CHECK := $(BUILD)/test/udp-crc
 BULK_COPY_CHECK := $(BUILD)/test/bulk-copy
@@ -28,4 +30,7 @@ $(BULK_COPY_CHECK): spec/support/bulk_copy_check.c core/util/copy.h $(BUILD)/lib
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libtbrt.a $(LDLIBS_CORE)
 
 $(BUILD)/fuzz-udp-wire: spec/support/fuzz_udp_wire.c core/soft/wire/udp/udp.h $(BUILD)/libtbrt.a
+	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libtbrt.a $(LDLIBS_CORE)
+
+$(BUILD)/fuzz-shm-wire: spec/support/fuzz_shm_wire.c core/soft/wire/shm/shm.h $(BUILD)/libtbrt.a
 	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libtbrt.a $(LDLIBS_CORE)
