@@ -38,6 +38,7 @@
 #include <infiniband/verbs.h>
 
 #include "tbrt.h"
+#include "fuzz_common.h"
 #include "soft/wire/shm/shm.h"
 #include "util/private_dir.h"
 
@@ -83,20 +84,6 @@ static void guards_check(void)
                 abort();
             }
     }
-}
-
-static int find_loopback_gid(tbrt_dev *dev)
-{
-    static const uint8_t lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
-    int best = -1;
-    for (int i = 0; i < 64; i++) {
-        struct ibv_gid_entry g;
-        if (tbrt_gid_query(dev, 1, i, &g))
-            break;
-        if (memcmp(g.gid.raw, lo, 16) == 0 && (best < 0 || g.gid_type == IBV_GID_TYPE_ROCE_V2))
-            best = i;
-    }
-    return best;
 }
 
 /* The QP's context segment and block, found as a peer finds them: its slot
@@ -163,8 +150,7 @@ static bool connect_pair(void)
         a.ah_attr.port_num = 1;
         a.ah_attr.grh.hop_limit = 64;
         a.ah_attr.grh.sgid_index = (uint8_t)gid_index;
-        static const uint8_t lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
-        memcpy(a.ah_attr.grh.dgid.raw, lo, 16);
+        memcpy(a.ah_attr.grh.dgid.raw, fuzz_loopback, 16);
         if (tbrt_qp_modify(e->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
                                           IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
@@ -189,7 +175,7 @@ static void setup(void)
             fprintf(stderr, "fuzz-shm-wire: open soft0: %s\n", err);
             abort();
         }
-        if (gid_index < 0 && (gid_index = find_loopback_gid(e->dev)) < 0)
+        if (gid_index < 0 && (gid_index = fuzz_loopback_gid(e->dev)) < 0)
             fail("no GID ::ffff:127.0.0.1 on port 1", e->dev);
         if (tbrt_pd_alloc(e->dev, &e->pd) || tbrt_cq_create(e->dev, 256, &e->cq))
             fail("pd, cq", e->dev);

@@ -42,6 +42,7 @@
 #include <infiniband/verbs.h>
 
 #include "tbrt.h"
+#include "fuzz_common.h"
 #include "soft/wire/udp/udp.h"
 
 #define REGION 65536            /* each QP's registered buffer */
@@ -260,20 +261,6 @@ static void tell(void)
     }
 }
 
-static int find_loopback_gid(void)
-{
-    static const uint8_t lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
-    int best = -1;
-    for (int i = 0; i < 64; i++) {
-        struct ibv_gid_entry g;
-        if (tbrt_gid_query(dev, 1, i, &g))
-            break;
-        if (memcmp(g.gid.raw, lo, 16) == 0 && (best < 0 || g.gid_type == IBV_GID_TYPE_ROCE_V2))
-            best = i;
-    }
-    return best;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
@@ -304,7 +291,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     }
     if (tbrt_pd_alloc(dev, &pd))
         die("pd");
-    gid_index = find_loopback_gid();
+    gid_index = fuzz_loopback_gid(dev);
     if (gid_index < 0)
         die("no GID ::ffff:127.0.0.1 on port 1");
     for (int i = 0; i < NENDS; i++) {
@@ -340,9 +327,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         die("our socket");
     wire_addr = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(p)),
                                      .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    static const uint8_t lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
-    memcpy(path.sgid, lo, 16);
-    memcpy(path.dgid, lo, 16);
+    memcpy(path.sgid, fuzz_loopback, 16);
+    memcpy(path.dgid, fuzz_loopback, 16);
     path.sport = ntohs(me.sin_port);
     path.dport = (uint16_t)atoi(p);
     return 0;
