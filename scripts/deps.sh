@@ -20,7 +20,8 @@ PKGS="$PKGS gnuplot-nox openssh-client openssh-server openmpi-bin mpich slurmctl
 # the soft device's UDP wire: tshark decodes its captures (spec/soft_pcap_spec.lua),
 # nft drops its packets on the way out (spec/soft_udp_netns_spec.lua, bench's 1% loss)
 PKGS="$PKGS tshark nftables"
-# make fuzz: clang and its libFuzzer runtime (spec/fuzz_udp_wire_spec.lua)
+# make fuzz: clang and its libFuzzer runtime (spec/fuzz_udp_wire_spec.lua,
+# spec/fuzz_shm_wire_spec.lua)
 PKGS="$PKGS clang libclang-rt-14-dev"
 if [ "${1:-}" = bench ]; then
   PKGS="$PKGS qperf ucx-utils libucx0"
