@@ -223,6 +223,13 @@ int direct_stray_done(struct xport *x)
 int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *payload,
                  uint32_t len)
 {
+    /* before anything of the frame is read: its size was not checked (a
+     * peer in variable framing on a fixed-framing link sends these) */
+    if (!x->direct_ok)
+        return xport_fail(x, EPROTO, "recv: a direct %s frame on a link that takes no direct "
+                          "transfers (%s, %s framing)",
+                          magic == FRAME_OFFER_MAGIC ? "offer" : "done",
+                          x->qp_type == IBV_QPT_RC ? "RC" : "UC", framing_name(x->framing));
     if (magic == FRAME_DONE_MAGIC) {
         uint32_t v;
         if (len != FRAME_DONE_LEN)
@@ -239,10 +246,6 @@ int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *p
         x->dsend.done = true;
         return rdma_give_back(x, buf) ? -x->err : 0;
     }
-    if (!x->direct_ok)
-        return xport_fail(x, EPROTO, "recv: a direct offer on a link that cannot read one "
-                          "(%s, %s framing)", x->qp_type == IBV_QPT_RC ? "RC" : "UC",
-                          framing_name(x->framing));
     if (len != FRAME_OFFER_LEN)
         return xport_fail(x, EPROTO, "recv: a direct offer frame of %u bytes, expected %u", len,
                           FRAME_OFFER_LEN);

@@ -324,7 +324,9 @@ static int64_t tbrt_frame(struct xport *x, const uint8_t *at, const struct ibv_w
                (magic == FRAME_OFFER_MAGIC || magic == FRAME_DONE_MAGIC) &&
                check == (uint32_t) ~(magic ^ len ^ seq);
     if (ctl) {
-        if (wc->byte_len != TBRT_STRIDE_HDR + len)
+        /* a link that takes no direct transfers (fixed framing, UC) says
+         * so, whatever the frame's size (direct.c) */
+        if (x->direct_ok && wc->byte_len != TBRT_STRIDE_HDR + len)
             return xport_fail(x, EPROTO, "recv: a direct %s frame of length %u but the SEND "
                               "carried %u bytes", magic == FRAME_OFFER_MAGIC ? "offer" : "done",
                               len, wc->byte_len), -1;
@@ -389,6 +391,15 @@ static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
     if (buf >= x->nbuf)
         return xport_fail(x, EPROTO, "recv completion for stride %u of %u", buf, x->nbuf);
     const uint8_t *at = x->recv_mem + (size_t)buf * x->stride;
+    /* the header's bytes must be this SEND's, not what an earlier frame
+     * left in the stride */
+    if (wc->byte_len < x->hdr)
+        return xport_fail(x, EPROTO, "recv: a SEND of %u bytes, shorter than the %u-byte frame "
+                          "header%s", wc->byte_len, x->hdr,
+                          x->flavor == TBRT_FLAVOR_LINUX && x->framing != TBRT_FRAMING_LLAMA_APPLE
+                              ? " (a peer in llama-linux framing, which sends no header? open "
+                                "the link with framing = 'llama-linux' if so)"
+                              : "");
     uint32_t kind = TBRT_SEG_MAGIC;
     int64_t got = x->framing == TBRT_FRAMING_LLAMA_APPLE ? rseg_frame(x, at, wc)
                                                          : tbrt_frame(x, at, wc, &kind);
