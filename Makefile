@@ -6,8 +6,9 @@
 #                      "N passed, N failed, N skipped"
 #   make test          specs against the normal build only
 #   make asan          the sanitizer build in build-asan/
-#   make fuzz          build-fuzz/fuzz-udp-wire, fuzz-shm-wire: libFuzzer against
-#                      the soft device's wires (clang; every core file instrumented)
+#   make fuzz          build-fuzz/fuzz-udp-wire, fuzz-shm-wire, fuzz-link-frames:
+#                      libFuzzer against the soft device's wires and the engine's
+#                      receive side (clang; every core file instrumented)
 #   make run           tbrt scripts/pair.lua on the default software device
 #   make bench         C- and Lua-driven benchmarks beside the anchor tools
 #   make install PREFIX=/usr/local
@@ -147,7 +148,15 @@ FUZZ_SANITIZE := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-poi
                  -fno-sanitize-recover=undefined
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 CFLAGS=-Wno-unknown-warning-option \
-	  SANITIZE="$(FUZZ_SANITIZE)" build-fuzz/fuzz-udp-wire build-fuzz/fuzz-shm-wire
+	  SANITIZE="$(FUZZ_SANITIZE)" build-fuzz/fuzz-udp-wire build-fuzz/fuzz-shm-wire \
+	  build-fuzz/fuzz-link-frames
+
+# The engine's target (the wires' are in core/soft/part.mk): a hostile
+# peer's frames into a link's receive ring.
+$(BUILD)/fuzz-link-frames: spec/support/fuzz_link_frames.c core/engine/link.h \
+                           core/engine/transport/transport.h core/engine/transport/framing.h \
+                           $(BUILD)/libtbrt.a
+	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libtbrt.a $(LDLIBS_CORE)
 
 # The README's test command is scripts/check.sh (the sanitizer pass, the
 # normal pass, one summary line over both); this runs it too.

@@ -21,7 +21,7 @@ PKGS="$PKGS gnuplot-nox openssh-client openssh-server openmpi-bin mpich slurmctl
 # nft drops its packets on the way out (spec/soft_udp_netns_spec.lua, bench's 1% loss)
 PKGS="$PKGS tshark nftables"
 # make fuzz: clang and its libFuzzer runtime (spec/fuzz_udp_wire_spec.lua,
-# spec/fuzz_shm_wire_spec.lua)
+# spec/fuzz_shm_wire_spec.lua, spec/fuzz_link_frames_spec.lua)
 PKGS="$PKGS clang libclang-rt-14-dev"
 if [ "${1:-}" = bench ]; then
   PKGS="$PKGS qperf ucx-utils libucx0"

@@ -1,0 +1,121 @@
+-- fuzz_link_frames_spec.lua - libFuzzer against the engine's receive side
+-- (spec/support/fuzz_link_frames.c): a peer link taken over, whose queue
+-- pair sends what the input says into the ring of the link under test.
+-- Seeds of well-formed streams (DATA frames, direct offers read through a
+-- stride or straight into registered memory; in each framing, by recv and
+-- by views) arrive whole and exact; each kind of bad frame breaks the link
+-- with the message that names it; then mutations of them all. A crash, a
+-- sanitizer report, a byte handed out that is not the stream's, or a
+-- failure without a reason fails it.
+--
+-- Built by `make fuzz` (clang), so it runs under the normal build's pass
+-- only, and skips where clang or its libFuzzer runtime is missing.
+-- TBRT_FUZZ_RUNS: another count of inputs.
+local bit = require("bit")
+local H = require("helpers")
+local F = require("fuzz")
+
+local RUNS = tonumber(os.getenv("TBRT_FUZZ_RUNS")) or 3000
+
+local function le16(v) return string.char(bit.band(v, 255), bit.band(bit.rshift(v, 8), 255)) end
+local function le32(v) return le16(bit.band(v, 0xffff)) .. le16(bit.rshift(v, 16)) end
+
+-- the first byte (the harness's top comment): mode 0 linux-rc variable,
+-- 1 linux-rc fixed, 2 apple-uc; + 4 views; + 8 a's buffer registered
+local VARIABLE, FIXED, APPLE, VIEWS, REG = 0, 1, 2, 4, 8
+local function input(setup, ...) return string.char(setup) .. table.concat({ ... }) end
+-- ops; DATA's bits: 0x08 skip a seq, 0x10 repeat one, 0x20 a length beyond
+-- the payload, 0x40 8 bytes more in the SEND than the header says
+local function data(s, bits) return string.char(1 + (bits or 0)) .. le16(#s) .. s end
+local function raw(s) return string.char(0) .. le16(#s) .. s end
+-- an offer of b's region from `off` bytes past its start (the harness counts
+-- from 2 KiB before it), `len` bytes; bad_key: a key that is not b's
+local function offer(off, len, bad_key)
+  return string.char(bad_key and 10 or 2) .. le32(off + 2048) .. le32(len)
+end
+local function done(n) return string.char(3) .. le32(n) end
+local function turn(kib) return string.char(4, kib - 1) end
+local function corrupt(s, pos, val) return string.char(7) .. le16(#s) .. le16(pos) .. string.char(val) .. s end
+
+local text = string.rep("the quick brown fox ", 50)
+-- well-formed: { input, bytes of the stream }
+local good = {
+  variable = { input(VARIABLE, data(text), data(string.rep("x", 4080)), turn(64), data("!")), #text + 4081 },
+  fixed = { input(FIXED, data(text), turn(1), data(string.rep("q", 3000))), #text + 3000 },
+  apple = { input(APPLE, data(text), data("z"), turn(4), data(text)), 2 * #text + 1 },
+  views = { input(VARIABLE + VIEWS, data(text), data(string.rep("w", 500))), #text + 500 },
+  window = { input(VARIABLE, data("before"), offer(100, 20000), data("after")), 6 + 20000 + 5 },
+  registered = { input(VARIABLE + REG, offer(0, 60000), turn(64), data("after")), 60005 },
+  offers = { input(VARIABLE + VIEWS, offer(10, 5000), turn(8), offer(7000, 3000)), 8000 },
+}
+-- hostile: { input, what the broken link's message must say }
+-- llama.cpp's Apple header: magic "RSEG" as a little-endian number, length
+local rseg = le32(0x52534547) .. le32(3) .. "abc" .. string.rep("\0", 5)
+local bad = {
+  magic = { input(VARIABLE, corrupt("abc", 0, 0x55)), "frame magic 0x54524255 != TBRT" },
+  check = { input(VARIABLE, corrupt("abc", 12, 0x55)), "frame header check 0x%x+ != 0x%x+ %(corrupted header%)" },
+  length = { input(VARIABLE, data("a", 0x20)), "frame length 4081 exceeds the stride payload 4080" },
+  sizes = { input(VARIABLE, data("a", 0x40)), "frame length 1 but the SEND carried 25 bytes" },
+  dropped = { input(VARIABLE, data("a"), turn(1), data("b", 0x08)), "a frame was dropped on the wire" },
+  repeated = { input(VARIABLE, data("a"), turn(1), data("b", 0x10)), "a frame was repeated on the wire" },
+  llama = { input(VARIABLE, raw(rseg)), "a frame with llama.cpp's RSEG magic" },
+  short = { input(APPLE, raw("tiny")), "a SEND of 4 bytes, shorter than the 16%-byte frame header" },
+  outside = { input(VARIABLE, offer(-2048, 60000)), "direct read completion: IBV_WC_REM_ACCESS_ERR" },
+  key = { input(VARIABLE, offer(0, 100, true)), "direct read completion: IBV_WC_REM_ACCESS_ERR" },
+  empty = { input(VARIABLE, offer(0, 0)), "a direct offer of 0 bytes" },
+  twice = { input(VARIABLE, offer(0, 100), offer(0, 100)), "a second direct offer before the first was read" },
+  stray_done = { input(VARIABLE, done(5)), "a direct done frame %(5 bytes%), but no send of ours is lent" },
+  fixed_offer = { input(FIXED, offer(0, 100)), "a direct offer frame on a link that takes no direct transfers %(RC, fixed framing%)" },
+  apple_offer = { input(APPLE, offer(0, 100)), "a direct offer frame on a link that takes no direct transfers %(UC, fixed framing%)" },
+}
+
+-- One input replayed with FUZZ_VERBOSE: its end line's fields, and the run.
+local function replay(s)
+  local dir = F.seeds_dir { s }
+  local r = F.run("fuzz-link-frames", { "-runs=0", dir }, { timeout = 120, env = { FUZZ_VERBOSE = "1" } })
+  H.rmtree(dir)
+  assert.equal(0, r.code, H.describe(r))
+  local exact, got, want, link, why =
+    r.stderr:match("end: mode %d exact (%d) got (%d+) want (%d+) link (%a+) why: ([^\n]*)")
+  assert.is_not_nil(exact, H.describe(r))
+  return { exact = exact == "1", got = tonumber(got), want = tonumber(want), link = link, why = why }, r
+end
+
+local describe_once = os.getenv("TBRT_ASAN") and function() end or describe
+
+describe_once("the engine's receive side against a hostile peer's frames (libFuzzer)", function()
+  local built, why
+
+  setup(function() built, why = F.build() end)
+
+  it("hands out well-formed streams whole and exact, in every framing, by recv and by views", function()
+    if not built then pending(why) return end
+    for name, g in pairs(good) do
+      local e, r = replay(g[1])
+      assert.is_true(e.exact, name .. ": " .. r.stderr)
+      assert.equal("up", e.link, name .. ": " .. e.why)
+      assert.equal(g[2], e.want, name)
+      assert.equal(g[2], e.got, name .. ": " .. r.stderr)
+    end
+  end)
+
+  it("breaks the link on each kind of bad frame, naming it", function()
+    if not built then pending(why) return end
+    for name, b in pairs(bad) do
+      local e, r = replay(b[1])
+      assert.equal("broken", e.link, name .. ": " .. r.stderr)
+      assert.matches("^link %d+: ", e.why, name)
+      assert.matches(b[2], e.why, name)
+    end
+  end)
+
+  it("takes " .. RUNS .. " inputs from the seeds without a fault", function()
+    if not built then pending(why) return end
+    local list = {}
+    for _, g in pairs(good) do list[#list + 1] = g[1] end
+    for _, b in pairs(bad) do list[#list + 1] = b[1] end
+    local r = F.fuzz("fuzz-link-frames", list, RUNS)
+    assert.equal(0, r.code, H.describe(r))
+    assert.matches("Done " .. RUNS .. " runs", r.stderr)
+  end)
+end)

@@ -1,0 +1,519 @@
+/* fuzz_link_frames.c - libFuzzer target: a hostile peer's frames against the
+ * engine's receive side. Two links of the soft device in one process, set
+ * up as any pair is (bootstrap socket on loopback, caps, readiness); then the
+ * peer end (b) is taken over: its engine is never called again, and the
+ * input's SENDs go from b's queue pair straight into the receive ring of the
+ * link under test (a), whose calls (progress, recv or recv views, send) the
+ * input interleaves with them. Whatever comes, a must not crash, read or
+ * write outside what it may (ASan), hand out a byte that is not in the
+ * stream, or fail without saying why; and while every frame the input sent
+ * was a well-formed one (DATA, or an offer of b's memory that a may read),
+ * what a hands out must be exactly the stream those frames carry, all of it
+ * by the end, with the link still up.
+ *
+ *   make fuzz                          build-fuzz/fuzz-link-frames
+ *   build-fuzz/fuzz-link-frames -runs=N -seed=S [CORPUS_DIR]
+ *   FUZZ_VERBOSE=1 ...                 each step, and how the input ended
+ *
+ * Input: the first byte sets up the pair: bits 0-1 the mode (0 linux-rc in
+ * variable framing, 1 linux-rc fixed, 2 apple-uc (UC, fixed), 3 linux-rc
+ * variable again), bit 2 a reads through views instead of recv, bit 3 a
+ * registers its receive buffer (an offer is then READ straight into it).
+ * Then ops, the low 3 bits of a byte, each with its operands:
+ *   0 RAW [len:2][bytes]      a SEND of exactly these bytes (any header)
+ *   1 DATA [len:2][bytes]     a well-formed frame carrying the bytes (up to
+ *                             a stride's payload); unless bits of the op
+ *                             make it not: 0x08 it skips a sequence number,
+ *                             0x10 it repeats the last one, 0x20 its header
+ *                             says a byte more than a payload (the check
+ *                             still right), 0x40 the SEND carries 8 bytes
+ *                             more than the header says
+ *   2 OFFER [off:4][len:4]    a direct offer of b's region: the address is
+ *                             off (mod its size + 4 KiB) from 2 KiB before
+ *                             it, the key b's (bit 3 of the op: a wrong one)
+ *   3 DONE [len:4]            a direct done frame
+ *   4 A [n:1]                 a's turn: progress, then recv (or a view) of
+ *                             up to (n % 64 + 1) KiB
+ *   5 A_SENDS [n:1]           a sends n + 1 bytes and flushes (bit 3 of the
+ *                             op: 40 KiB from its registered buffer, which
+ *                             a offers to b, which never reads it)
+ *   6 B                       b's turn: its completions polled, dropped
+ *   7 CORRUPT [len:2][pos:2][val:1][bytes]  a DATA frame with one byte of
+ *                             it (pos, mod its size) set to val
+ * All integers little endian. The pair is made fresh for every input, so an
+ * input replays the same way. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#include "tbrt.h"
+#include "engine/link.h"
+#include "engine/transport/framing.h"
+
+#define STRIDE 4096u
+#define NBUF 8u
+#define SEND_MAX (STRIDE + 64u)    /* a RAW SEND may overrun the receive */
+#define REGION 65536u              /* b's memory that offers name */
+#define ABUF (64u * 1024u)         /* a's receive buffer */
+#define WANT_MAX (1u << 20)        /* the well-formed stream's bytes, at most */
+#define WR_TAG 0xf0f0000000000000ull
+
+static bool verbose;
+static int lsock = -1;
+static struct sockaddr_in laddr;
+static uint8_t *stage;              /* b's: what its SENDs send from */
+static uint8_t *bregion;            /* b's: what offers name */
+static uint8_t *abuf;               /* a's receive buffer */
+static uint8_t *want;               /* the stream the well-formed frames carry */
+
+static struct run {
+    int mode;
+    bool views, reg;
+    tbrt_link *a, *b;
+    tbrt_mr *smr, *bmr;             /* b's regions: stage, bregion */
+    uint32_t seq;                   /* the next frame's sequence number */
+    bool exact;                     /* every frame so far well-formed */
+    size_t want_len, got;
+    uint64_t posted, reaped;        /* b's SENDs */
+    uint64_t frames;                /* SENDs that reached a's ring (see room) */
+    size_t offer_end;               /* where the last well-formed offer ends in the stream */
+    bool failed;                    /* a call of a's failed (the link broke) */
+} r;
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "fuzz-link-frames: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    abort();
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static int get16(const uint8_t *p) { return p[0] | p[1] << 8; }
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* ---- the pair --------------------------------------------------------------------- */
+
+static int connected(int *peer)
+{
+    int fa = socket(AF_INET, SOCK_STREAM, 0);
+    if (fa < 0 || connect(fa, (struct sockaddr *)&laddr, sizeof laddr) != 0)
+        die("connect: %s", strerror(errno));
+    int fb = accept(lsock, NULL, NULL);
+    if (fb < 0)
+        die("accept: %s", strerror(errno));
+    /* closed with a reset: thousands of inputs leave no TIME_WAIT behind */
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(fa, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    setsockopt(fb, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    *peer = fb;
+    return fa;
+}
+
+static void pair_make(void)
+{
+    int fb, fa = connected(&fb);
+    tbrt_link_opts o;
+    tbrt_link_opts_init(&o);
+    o.device = "soft";
+    o.personality = r.mode == 2 ? "apple-uc" : "linux-rc";
+    o.framing = r.mode == 1 ? TBRT_FRAMING_FIXED : TBRT_FRAMING_AUTO;
+    o.nbuf = NBUF;
+    o.stride = STRIDE;
+    o.timeout = 2;
+    o.liveness = 2;
+    o.no_fallback = 1;
+    uint8_t ca[TBRT_CAPS_SIZE], cb[TBRT_CAPS_SIZE];
+    char err[TBRT_WHY_MAX];
+    if (tbrt_link_probe(fa, &o, &r.a, ca, err, sizeof err) ||
+        tbrt_link_probe(fb, &o, &r.b, cb, err, sizeof err))
+        die("probe: %s", err);
+    if (tbrt_link_activate(r.a, cb, sizeof cb) || tbrt_link_activate(r.b, ca, sizeof ca))
+        die("activate: %s", tbrt_link_why(r.a));
+    double until = now() + 10;
+    int ra, rb;
+    for (int i = 0; (ra = tbrt_link_ready(r.a)) == -EAGAIN ||
+                    (rb = tbrt_link_ready(r.b)) == -EAGAIN; i++) {
+        if (now() > until)
+            die("readiness: not within 10 s");
+        if (i > 1000)
+            poll(NULL, 0, 1);       /* loopback's bytes come at once, nearly always */
+    }
+    if (ra || tbrt_link_ready(r.b))
+        die("ready: %s", tbrt_link_why(ra ? r.a : r.b));
+    /* two regions, so an offer's READ beyond bregion meets no memory of b's
+     * that its key covers (Apple's provider wants all three rights) */
+    int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+    if (tbrt_mr_reg(r.b->x.pd, stage, SEND_MAX, acc, &r.smr) ||
+        tbrt_mr_reg(r.b->x.pd, bregion, REGION, acc, &r.bmr))
+        die("mr_reg: %s", tbrt_dev_why(r.b->x.dev));
+    if (r.reg && tbrt_link_mem_reg(r.a, abuf, ABUF))
+        die("mem_reg: %s", tbrt_link_why(r.a));
+    r.seq = r.a->x.recv_seq;
+}
+
+/* b's completions: ours are counted, a's SENDs to b dropped (b's engine is
+ * out of the game, its receives are never given back) */
+static void b_turn(void)
+{
+    struct ibv_wc wc[16];
+    int n = tbrt_cq_poll(r.b->x.cq, 16, wc);
+    if (n < 0)
+        die("b: poll_cq: %s", tbrt_dev_why(r.b->x.dev));
+    for (int i = 0; i < n; i++) {
+        if ((wc[i].wr_id & WR_TAG) != WR_TAG)
+            continue;
+        r.reaped++;
+        if (wc[i].status != IBV_WC_SUCCESS)
+            r.exact = false;        /* the frame never reached a: it may not show */
+        if (verbose && wc[i].status != IBV_WC_SUCCESS)
+            fprintf(stderr, "b's SEND failed: status %d\n", wc[i].status);
+    }
+}
+
+static void pair_free(void)
+{
+    /* a first (no waiting for what b will never read); then b's SENDs still
+     * waiting are done before b's regions go: a UC one (Apple's credits: it
+     * waits for a receive) finds no QP and is dropped, an RC one is flushed
+     * by ERR at once (its retries would take seconds). Apple's provider
+     * refuses every dereg once a QP was in ERR, but UC needs none. */
+    tbrt_link_free(r.a);
+    if (r.b->x.qp_type == IBV_QPT_RC) {
+        struct ibv_qp_attr e = {.qp_state = IBV_QPS_ERR};
+        if (tbrt_qp_modify(r.b->x.qp, &e, IBV_QP_STATE))
+            die("b: modify_qp ERR: %s", tbrt_dev_why(r.b->x.dev));
+    }
+    for (int i = 0; i < 1000 && r.reaped < r.posted; i++) {
+        b_turn();
+        if (i > 100 && r.reaped < r.posted)
+            poll(NULL, 0, 1);
+    }
+    if (r.reaped < r.posted)
+        die("b's SENDs were not done or flushed within 1 s");
+    if (tbrt_mr_dereg(r.smr) || tbrt_mr_dereg(r.bmr))
+        die("mr_dereg: %s", tbrt_dev_why(r.b->x.dev));
+    tbrt_link_free(r.b);
+}
+
+/* ---- a's side --------------------------------------------------------------------- */
+
+/* A call of a's returned rc: an error must be the link's, and say why. */
+static void a_result(const char *call, intptr_t rc)
+{
+    if (rc >= 0 || rc == -EAGAIN)
+        return;
+    const char *why = tbrt_link_why(r.a);
+    if (!why || strncmp(why, "link ", 5) != 0)
+        die("a's failed %s says no reason", call);
+    if (r.a->state != TBRT_LINK_BROKEN)
+        return;                     /* a refusal that leaves the link up (a send's EBUSY) */
+    if (r.exact) {
+        fprintf(stderr, "fuzz-link-frames: %s: %s\n", call, why);
+        die("a well-formed stream broke the link (%s)", call);
+    }
+    if (verbose && !r.failed)
+        fprintf(stderr, "a failed: %s\n", why);
+    r.failed = true;
+}
+
+/* n bytes a handed out at p: the stream's next ones, while it is known */
+static void a_took(const uint8_t *p, size_t n, size_t asked)
+{
+    if (n > asked)
+        die("a handed out %zu bytes, asked for %zu", n, asked);
+    if (r.exact) {
+        if (n > r.want_len - r.got)
+            die("a handed out bytes beyond the well-formed frames sent");
+        if (memcmp(p, want + r.got, n) != 0)
+            die("a handed out bytes that differ from the stream (at %zu)", r.got);
+    }
+    r.got += n;
+}
+
+static void a_turn(size_t asked)
+{
+    a_result("progress", tbrt_link_progress(r.a));
+    if (!r.views) {
+        intptr_t n = tbrt_link_recv(r.a, abuf, asked);
+        a_result("recv", n);
+        if (n > 0)
+            a_took(abuf, (size_t)n, asked);
+        return;
+    }
+    while (asked) {
+        const uint8_t *p;
+        intptr_t n = tbrt_link_recv_view(r.a, &p);
+        a_result("recv_view", n);
+        if (n <= 0)
+            return;
+        size_t take = (size_t)n < asked ? (size_t)n : asked;
+        a_took(p, take, take);
+        a_result("release", tbrt_link_release(r.a, take));
+        asked -= take;
+    }
+}
+
+/* ---- b's frames ------------------------------------------------------------------- */
+
+/* Whether a UC frame would find a receive posted (else it is dropped, and a
+ * sees a gap: what it should): a's receives held by the device now */
+static bool a_has_room(void)
+{
+    return (int64_t)r.a->x.recv_posted - (int64_t)(r.frames - r.a->x.stats.frames_recv) > 0;
+}
+
+static void b_send(const uint8_t *bytes, uint32_t len)
+{
+    if (len > SEND_MAX)
+        len = SEND_MAX;
+    if (r.a->x.qp_type == IBV_QPT_UC && r.exact && !a_has_room()) {
+        tbrt_link_progress(r.a);    /* a gives drained strides back when idle */
+        if (!a_has_room())
+            r.exact = false;        /* this one is lost */
+    }
+    for (int i = 0; i < 100 && r.posted - r.reaped >= NBUF; i++) {
+        b_turn();
+        a_result("progress", tbrt_link_progress(r.a));
+    }
+    if (r.posted - r.reaped >= NBUF) {
+        r.exact = false;            /* b's queue stays full (a stopped reading) */
+        return;
+    }
+    memcpy(stage, bytes, len);
+    struct ibv_sge sge = {.addr = (uintptr_t)stage, .length = len, .lkey = r.smr->lkey};
+    struct ibv_send_wr wr = {.wr_id = WR_TAG | r.posted, .sg_list = &sge, .num_sge = 1,
+                             .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED};
+    if (tbrt_post_send(r.b->x.qp, &wr, NULL))
+        die("b: post_send: %s", tbrt_dev_why(r.b->x.dev));
+    r.posted++;
+    r.frames++;
+    if (verbose)
+        fprintf(stderr, "b sent %u bytes\n", len);
+}
+
+/* A frame of tbrt's framing with a payload of len bytes (a whole stride in
+ * the fixed framings); CORRUPT's byte set before it goes */
+static void b_frame(uint32_t magic, const uint8_t *payload, uint32_t len, int pos, int val)
+{
+    static uint8_t f[SEND_MAX];
+    bool fixed = r.a->x.framing != TBRT_FRAMING_VARIABLE;
+    uint32_t bytes = fixed ? STRIDE : TBRT_STRIDE_HDR + len;
+    memset(f, 0, bytes);
+    frame_hdr_write(f, magic, len, r.seq++);
+    memcpy(f + TBRT_STRIDE_HDR, payload, len);
+    if (pos >= 0)
+        f[(uint32_t)pos % bytes] = (uint8_t)val;
+    b_send(f, bytes);
+}
+
+static void want_add(const uint8_t *p, size_t n)
+{
+    if (r.want_len + n > WANT_MAX) {
+        r.exact = false;
+        return;
+    }
+    memcpy(want + r.want_len, p, n);
+    r.want_len += n;
+}
+
+static void b_data(uint8_t op, const uint8_t *p, uint32_t len)
+{
+    uint32_t payload = r.a->x.payload;
+    if (len > payload)
+        len = payload;
+    if (!(op & 0x78)) {
+        b_frame(TBRT_SEG_MAGIC, p, len, -1, 0);
+        if (len)
+            want_add(p, len);
+        return;
+    }
+    /* a frame wrong in one way that its check does not catch */
+    static uint8_t f[SEND_MAX];
+    uint32_t hlen = op & 0x20 ? payload + 1 : len;
+    uint32_t seq = r.seq + (op & 0x08 ? 1u : 0u) - (op & 0x10 ? 1u : 0u);
+    r.seq = seq + 1;
+    bool fixed = r.a->x.framing != TBRT_FRAMING_VARIABLE;
+    uint32_t bytes = (fixed ? STRIDE : TBRT_STRIDE_HDR + len) + (op & 0x40 ? 8u : 0u);
+    memset(f, 0, bytes);
+    frame_hdr_write(f, TBRT_SEG_MAGIC, hlen, seq);
+    memcpy(f + TBRT_STRIDE_HDR, p, len);
+    b_send(f, bytes);
+    r.exact = false;
+}
+
+static void b_offer(uint32_t off, uint32_t len, bool bad_key)
+{
+    uint64_t addr = (uintptr_t)bregion - 2048 + off % (REGION + 4096);
+    uint32_t key = bad_key ? r.bmr->rkey ^ (off | 1) : r.bmr->rkey;
+    uint8_t o[FRAME_OFFER_LEN];
+    uint64_t a64 = htole64(addr);
+    uint32_t k = htole32(key), l = htole32(len);
+    memcpy(o, &a64, 8);
+    memcpy(o + 8, &k, 4);
+    memcpy(o + 12, &l, 4);
+    /* well-formed: inside b's region, on a link that reads offers, the last
+     * one read (a second one before the first is read breaks the link) */
+    bool ok = !bad_key && len > 0 && addr >= (uintptr_t)bregion &&
+              addr + len <= (uintptr_t)bregion + REGION && r.a->x.direct_ok &&
+              r.got >= r.offer_end;
+    b_frame(FRAME_OFFER_MAGIC, o, FRAME_OFFER_LEN, -1, 0);
+    if (ok) {
+        want_add((const uint8_t *)(uintptr_t)addr, len);
+        r.offer_end = r.want_len;
+    } else
+        r.exact = false;
+}
+
+/* ---- the input -------------------------------------------------------------------- */
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    verbose = getenv("FUZZ_VERBOSE") != NULL;
+    setenv("TBRT_SOFT_FABRIC", "fuzz-link", 0);
+    stage = malloc(SEND_MAX);
+    bregion = malloc(REGION);
+    abuf = malloc(ABUF);
+    want = malloc(WANT_MAX);
+    if (!stage || !bregion || !abuf || !want)
+        die("malloc: %s", strerror(errno));
+    for (uint32_t i = 0; i < REGION; i++)
+        bregion[i] = (uint8_t)(i * 7 + i / 251);
+    lsock = socket(AF_INET, SOCK_STREAM, 0);
+    laddr = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof laddr;
+    if (lsock < 0 || bind(lsock, (struct sockaddr *)&laddr, sizeof laddr) != 0 ||
+        listen(lsock, 4) != 0 || getsockname(lsock, (struct sockaddr *)&laddr, &len) != 0)
+        die("listen: %s", strerror(errno));
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    r = (struct run){.mode = data[0] & 3, .views = data[0] & 4, .reg = data[0] & 8,
+                     .exact = true};
+    pair_make();
+    static const uint8_t filler[40 * 1024];
+    for (size_t off = 1; off < size;) {
+        uint8_t op = data[off++];
+        size_t left = size - off;
+        switch (op & 7) {
+        case 0:
+        case 1: {
+            if (left < 2)
+                break;
+            uint32_t len = (uint32_t)get16(data + off);
+            off += 2;
+            if (len > size - off)
+                len = (uint32_t)(size - off);
+            if ((op & 7) == 0) {
+                b_send(data + off, len);
+                r.exact = false;
+            } else {
+                b_data(op, data + off, len);
+            }
+            off += len;
+            break;
+        }
+        case 2:
+            if (left < 8)
+                break;
+            b_offer(get32(data + off), get32(data + off + 4), op & 8);
+            off += 8;
+            break;
+        case 3: {
+            if (left < 4)
+                break;
+            uint8_t d[FRAME_DONE_LEN];
+            memcpy(d, data + off, 4);
+            off += 4;
+            b_frame(FRAME_DONE_MAGIC, d, FRAME_DONE_LEN, -1, 0);
+            r.exact = false;        /* nothing of a's is lent to b to say done to */
+            break;
+        }
+        case 4:
+            if (left < 1)
+                break;
+            a_turn(((size_t)data[off++] % 64 + 1) * 1024);
+            break;
+        case 5: {
+            if (left < 1)
+                break;
+            size_t n = (size_t)data[off++] + 1;
+            intptr_t s = (op & 8) && r.reg ? tbrt_link_send(r.a, abuf, sizeof filler)
+                                           : tbrt_link_send(r.a, filler, n);
+            a_result("send", s);
+            a_result("flush", tbrt_link_flush(r.a));
+            break;
+        }
+        case 6: b_turn(); break;
+        default: {
+            if (left < 5)
+                break;
+            uint32_t len = (uint32_t)get16(data + off);
+            int pos = get16(data + off + 2), val = data[off + 4];
+            off += 5;
+            if (len > size - off)
+                len = (uint32_t)(size - off);
+            uint32_t payload = r.a->x.payload;
+            b_frame(TBRT_SEG_MAGIC, data + off, len > payload ? payload : len, pos, val);
+            r.exact = false;
+            off += len;
+            break;
+        }
+        }
+    }
+    /* the end: a takes what came, b answers its READs, until nothing moves
+     * (a well-formed stream: until all of it came, within 2 s) */
+    double until = now() + 2;
+    for (int still = 0; !r.failed && still < 20 && !(r.exact && r.got == r.want_len);) {
+        size_t before = r.got;
+        b_turn();
+        a_turn(ABUF);
+        still = r.got == before ? still + 1 : 0;
+        if (r.exact && still == 20 && now() < until) {
+            still = 0;              /* an RNR retry's timer, say */
+            poll(NULL, 0, 1);
+        }
+    }
+    if (r.exact && (r.got != r.want_len || r.a->state == TBRT_LINK_BROKEN)) {
+        fprintf(stderr, "fuzz-link-frames: got %zu of %zu bytes; a: %s\n", r.got, r.want_len,
+                tbrt_link_why(r.a));
+        die("a well-formed stream did not all arrive");
+    }
+    if (verbose)
+        fprintf(stderr, "end: mode %d exact %d got %zu want %zu link %s why: %s\n", r.mode,
+                r.exact, r.got, r.want_len, r.a->state == TBRT_LINK_BROKEN ? "broken" : "up",
+                r.failed ? tbrt_link_why(r.a) : "");
+    pair_free();
+    return 0;
+}
