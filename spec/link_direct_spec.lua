@@ -258,6 +258,43 @@ describe("direct transfers", function()
     a:close() ; b:close()
   end))
 
+  -- A direct send is a rendezvous (it returns once the peer's recv took
+  -- it): two ends that both send before reading wait for each other, as
+  -- MPI_Send of a large message does; from unregistered memory the rings
+  -- buffer both. The timeout says which it is and what to do.
+  it("both ends sending before reading: buffered from plain memory; from registered memory "
+    .. "both wait, and the timeout names the rendezvous", L.async(function()
+    for _, reg in ipairs({ false, true }) do
+      local a, b = L.pair(RC)
+      local n = 64 * 1024
+      local function exchange(l, seed)
+        local src = L.pattern(n, seed)
+        if reg then assert(l:register(src, n)) end
+        return task.spawn(function()
+          local ok, err = l:send(src, n, 0.5)
+          if not ok then return nil, err end
+          assert(l:flush())
+          local dst = ffi.new("uint8_t[?]", n)
+          local got, err2 = l:recv_into(dst, n, 5)
+          return got and L.check(dst, n, 11 - seed) == nil and got, err2
+        end)
+      end
+      local ta, tb = exchange(a, 4), exchange(b, 7)
+      local ga, ea = ta:join(20)
+      local gb, eb = tb:join(20)
+      if not reg then
+        assert.equal(n, ga, ea) ; assert.equal(n, gb, eb)
+      else
+        for _, e in ipairs({ ea, eb }) do
+          assert.matches("^ETIMEDOUT: link %d+: send: 65536 bytes lent to the peer %(a direct " ..
+            "send from registered memory%) not read within 0%.5 s", e)
+          assert.matches("read before sending, or send from unregistered memory", e, 1, true)
+        end
+      end
+      a:close() ; b:close()
+    end
+  end))
+
   it("between two processes (pair.lua --register) every byte checks and the sends go direct",
     function()
       -- the lending end helps with READs of 512 KiB or more only while it
