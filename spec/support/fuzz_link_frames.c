@@ -18,7 +18,11 @@
  * Input: the first byte sets up the pair: bits 0-1 the mode (0 linux-rc in
  * variable framing, 1 linux-rc fixed, 2 apple-uc (UC, fixed), 3 linux-rc
  * variable again), bit 2 a reads through views instead of recv, bit 3 a
- * registers its receive buffer (an offer is then READ straight into it).
+ * registers its receive buffer (an offer is then READ straight into it),
+ * bit 4 b keeps what a sends it (its receives are not given back: a's
+ * SENDs beyond them wait, and a READ of an offer waits behind them, RC's
+ * order; otherwise b's turns drop a's frames and post their receives
+ * again, as a reader that keeps up).
  * Then ops, the low 3 bits of a byte, each with its operands:
  *   0 RAW [len:2][bytes]      a SEND of exactly these bytes (any header)
  *   1 DATA [len:2][bytes]     a well-formed frame carrying the bytes (up to
@@ -80,7 +84,7 @@ static uint8_t *want;               /* the stream the well-formed frames carry *
 
 static struct run {
     int mode;
-    bool views, reg;
+    bool views, reg, hold;
     tbrt_link *a, *b;
     tbrt_mr *smr, *bmr;             /* b's regions: stage, bregion */
     uint32_t seq;                   /* the next frame's sequence number */
@@ -177,8 +181,8 @@ static void pair_make(void)
     r.seq = r.a->x.recv_seq;
 }
 
-/* b's completions: ours are counted, a's SENDs to b dropped (b's engine is
- * out of the game, its receives are never given back) */
+/* b's completions: ours are counted, a's SENDs to b dropped, their
+ * receives posted again unless b holds them (b's engine is out of the game) */
 static void b_turn(void)
 {
     struct ibv_wc wc[16];
@@ -186,8 +190,12 @@ static void b_turn(void)
     if (n < 0)
         die("b: poll_cq: %s", tbrt_dev_why(r.b->x.dev));
     for (int i = 0; i < n; i++) {
-        if ((wc[i].wr_id & WR_TAG) != WR_TAG)
+        if ((wc[i].wr_id & WR_TAG) != WR_TAG) {
+            if ((wc[i].wr_id & RDMA_RECV_TAG) && wc[i].status == IBV_WC_SUCCESS && !r.hold &&
+                rdma_post_recv(&r.b->x, (uint32_t)(wc[i].wr_id & 0xffff)))
+                die("b: post_recv: %s", r.b->x.why);
             continue;
+        }
         r.reaped++;
         if (wc[i].status != IBV_WC_SUCCESS)
             r.exact = false;        /* the frame never reached a: it may not show */
@@ -379,7 +387,7 @@ static void b_offer(uint32_t off, uint32_t len, bool bad_key)
     memcpy(o + 12, &l, 4);
     /* well-formed: inside b's region, on a link that reads offers, the last
      * one read (a second one before the first is read breaks the link) */
-    bool ok = !bad_key && len > 0 && addr >= (uintptr_t)bregion &&
+    bool ok = !bad_key && !r.hold && len > 0 && addr >= (uintptr_t)bregion &&
               addr + len <= (uintptr_t)bregion + REGION && r.a->x.direct_ok &&
               r.got >= r.offer_end;
     b_frame(FRAME_OFFER_MAGIC, o, FRAME_OFFER_LEN, -1, 0);
@@ -420,12 +428,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     r = (struct run){.mode = data[0] & 3, .views = data[0] & 4, .reg = data[0] & 8,
-                     .exact = true};
+                     .hold = data[0] & 16, .exact = true};
     pair_make();
     static const uint8_t filler[40 * 1024];
     for (size_t off = 1; off < size;) {
         uint8_t op = data[off++];
         size_t left = size - off;
+        if (verbose)
+            fprintf(stderr, "op 0x%02x (%s) at %zu, %zu bytes left\n", op,
+                    (const char *[]){"raw", "data", "offer", "done", "a", "a sends", "b",
+                                     "corrupt"}[op & 7], off - 1, left);
         switch (op & 7) {
         case 0:
         case 1: {
