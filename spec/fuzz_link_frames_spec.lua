@@ -21,8 +21,9 @@ local function le16(v) return string.char(bit.band(v, 255), bit.band(bit.rshift(
 local function le32(v) return le16(bit.band(v, 0xffff)) .. le16(bit.rshift(v, 16)) end
 
 -- the first byte (the harness's top comment): mode 0 linux-rc variable,
--- 1 linux-rc fixed, 2 apple-uc; + 4 views; + 8 a's buffer registered
-local VARIABLE, FIXED, APPLE, VIEWS, REG = 0, 1, 2, 4, 8
+-- 1 linux-rc fixed, 2 apple-uc; + 4 views; + 8 a's buffer registered; + 16
+-- b keeps what a sends it (its receives are not posted again)
+local VARIABLE, FIXED, APPLE, VIEWS, REG, HOLD = 0, 1, 2, 4, 8, 16
 local function input(setup, ...) return string.char(setup) .. table.concat({ ... }) end
 -- ops; DATA's bits: 0x08 skip a seq, 0x10 repeat one, 0x20 a length beyond
 -- the payload, 0x40 8 bytes more in the SEND than the header says
@@ -35,6 +36,8 @@ local function offer(off, len, bad_key)
 end
 local function done(n) return string.char(3) .. le32(n) end
 local function turn(kib) return string.char(4, kib - 1) end
+local function a_sends(n) return string.char(5, n - 1) end
+local B_TURN = string.char(6)
 local function corrupt(s, pos, val) return string.char(7) .. le16(#s) .. le16(pos) .. string.char(val) .. s end
 
 local text = string.rep("the quick brown fox ", 50)
@@ -47,6 +50,12 @@ local good = {
   window = { input(VARIABLE, data("before"), offer(100, 20000), data("after")), 6 + 20000 + 5 },
   registered = { input(VARIABLE + REG, offer(0, 60000), turn(64), data("after")), 60005 },
   offers = { input(VARIABLE + VIEWS, offer(10, 5000), turn(8), offer(7000, 3000)), 8000 },
+  -- a's own sends between (b drops them, or holds them all: more than its ring)
+  busy = { input(VARIABLE, a_sends(100), data(text), a_sends(5), B_TURN, offer(0, 9000),
+    a_sends(200), turn(16)), #text + 9000 },
+  held = { input(VARIABLE + HOLD, a_sends(100), a_sends(100), data(text), a_sends(1),
+    a_sends(1), a_sends(1), a_sends(1), a_sends(1), a_sends(1), a_sends(1), a_sends(1),
+    a_sends(1), turn(4), data(text)), 2 * #text },
 }
 -- hostile: { input, what the broken link's message must say }
 -- llama.cpp's Apple header: magic "RSEG" as a little-endian number, length
