@@ -2,8 +2,8 @@
 -- (spec/support/fuzz_link_frames.c): a peer link taken over, whose queue
 -- pair sends what the input says into the ring of the link under test.
 -- Seeds of well-formed streams (DATA frames, direct offers read through a
--- stride or straight into registered memory; in each framing, by recv and
--- by views) arrive whole and exact; each kind of bad frame breaks the link
+-- stride or straight into registered memory; in each framing, llama.cpp's
+-- too, by recv and by views) arrive whole and exact; each kind of bad frame breaks the link
 -- with the message that names it; then mutations of them all. A crash, a
 -- sanitizer report, a byte handed out that is not the stream's, or a
 -- failure without a reason fails it.
@@ -21,9 +21,11 @@ local function le16(v) return string.char(bit.band(v, 255), bit.band(bit.rshift(
 local function le32(v) return le16(bit.band(v, 0xffff)) .. le16(bit.rshift(v, 16)) end
 
 -- the first byte (the harness's top comment): mode 0 linux-rc variable,
--- 1 linux-rc fixed, 2 apple-uc; + 4 views; + 8 a's buffer registered; + 16
--- b keeps what a sends it (its receives are not posted again)
-local VARIABLE, FIXED, APPLE, VIEWS, REG, HOLD = 0, 1, 2, 4, 8, 16
+-- 1 linux-rc fixed, 2 apple-uc, 3 llama-apple, 32 llama-linux; + 4 views;
+-- + 8 a's buffer registered; + 16 b keeps what a sends it (its receives
+-- are not posted again)
+local VARIABLE, FIXED, APPLE, LLAMA_APPLE, LLAMA_LINUX = 0, 1, 2, 3, 32
+local VIEWS, REG, HOLD = 4, 8, 16
 local function input(setup, ...) return string.char(setup) .. table.concat({ ... }) end
 -- ops; DATA's bits: 0x08 skip a seq, 0x10 repeat one, 0x20 a length beyond
 -- the payload, 0x40 8 bytes more in the SEND than the header says
@@ -53,6 +55,12 @@ local good = {
   -- a's own sends between (b drops them, or holds them all: more than its ring)
   busy = { input(VARIABLE, a_sends(100), data(text), a_sends(5), B_TURN, offer(0, 9000),
     a_sends(200), turn(16)), #text + 9000 },
+  llama_apple = { input(LLAMA_APPLE, data(text), data(string.rep("x", 4000)), turn(64), data("!")),
+    #text + 4001 },
+  llama_apple_views = { input(LLAMA_APPLE + VIEWS, data(text), a_sends(50), data("y")), #text + 1 },
+  llama_linux = { input(LLAMA_LINUX, data(text), data(string.rep("x", 4000)), turn(64), data("!")),
+    #text + 4001 },
+  llama_linux_views = { input(LLAMA_LINUX + VIEWS, data(text), a_sends(50), data("y")), #text + 1 },
   held = { input(VARIABLE + HOLD, a_sends(100), a_sends(100), data(text), a_sends(1),
     a_sends(1), a_sends(1), a_sends(1), a_sends(1), a_sends(1), a_sends(1), a_sends(1),
     a_sends(1), turn(4), data(text)), 2 * #text },
@@ -60,6 +68,12 @@ local good = {
 -- hostile: { input, what the broken link's message must say }
 -- llama.cpp's Apple header: magic "RSEG" as a little-endian number, length
 local rseg = le32(0x52534547) .. le32(3) .. "abc" .. string.rep("\0", 5)
+-- a whole tbrt header (magic, length, seq, check) and its payload
+local function tbrt_frame(payload)
+  local magic, seq = 0x54524254, 1
+  return le32(magic) .. le32(#payload) .. le32(seq) ..
+    le32(bit.bnot(bit.bxor(magic, #payload, seq))) .. payload
+end
 local bad = {
   magic = { input(VARIABLE, corrupt("abc", 0, 0x55)), "frame magic 0x54524255 != TBRT" },
   check = { input(VARIABLE, corrupt("abc", 12, 0x55)), "frame header check 0x%x+ != 0x%x+ %(corrupted header%)" },
@@ -75,6 +89,9 @@ local bad = {
   twice = { input(VARIABLE, offer(0, 100), offer(0, 100)), "a second direct offer before the first was read" },
   stray_done = { input(VARIABLE, done(5)), "a direct done frame %(5 bytes%), but no send of ours is lent" },
   fixed_offer = { input(FIXED, offer(0, 100)), "a direct offer frame on a link that takes no direct transfers %(RC, fixed framing%)" },
+  rseg_magic = { input(LLAMA_APPLE, corrupt("abc", 0, 0x55)), "frame magic 0x52534555 != RSEG" },
+  rseg_length = { input(LLAMA_APPLE, data("a", 0x20)), "frame length 131065 exceeds the stride payload 131064" },
+  tbrt_on_llama_linux = { input(LLAMA_LINUX, raw(tbrt_frame("abc"))), "a SEND that starts with tbrt's TBRT header" },
   apple_offer = { input(APPLE, offer(0, 100)), "a direct offer frame on a link that takes no direct transfers %(UC, fixed framing%)" },
 }
 

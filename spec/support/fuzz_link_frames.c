@@ -16,8 +16,10 @@
  *   FUZZ_VERBOSE=1 ...                 each step, and how the input ended
  *
  * Input: the first byte sets up the pair: bits 0-1 the mode (0 linux-rc in
- * variable framing, 1 linux-rc fixed, 2 apple-uc (UC, fixed), 3 linux-rc
- * variable again), bit 2 a reads through views instead of recv, bit 3 a
+ * variable framing, 1 linux-rc fixed, 2 apple-uc (UC, fixed), 3 llama.cpp's
+ * Apple framing (RSEG headers, whole 128 KiB strides); bit 5 instead
+ * llama.cpp's Linux framing: no header, a SEND is its payload), bit 2 a
+ * reads through views instead of recv, bit 3 a
  * registers its receive buffer (an offer is then READ straight into it),
  * bit 4 b keeps what a sends it (its receives are not given back: a's
  * SENDs beyond them wait, and a READ of an offer waits behind them, RC's
@@ -68,7 +70,8 @@
 
 #define STRIDE 4096u
 #define NBUF 8u
-#define SEND_MAX (STRIDE + 64u)    /* a RAW SEND may overrun the receive */
+#define LLAMA_STRIDE (128u * 1024u) /* llama-apple's, fixed */
+#define SEND_MAX (LLAMA_STRIDE + 64u) /* a SEND may overrun the receive */
 #define REGION 65536u              /* b's memory that offers name */
 #define ABUF (64u * 1024u)         /* a's receive buffer */
 #define WANT_MAX (1u << 20)        /* the well-formed stream's bytes, at most */
@@ -83,7 +86,7 @@ static uint8_t *abuf;               /* a's receive buffer */
 static uint8_t *want;               /* the stream the well-formed frames carry */
 
 static struct run {
-    int mode;
+    int mode;                       /* 0..3, 4 llama-linux */
     bool views, reg, hold;
     tbrt_link *a, *b;
     tbrt_mr *smr, *bmr;             /* b's regions: stage, bregion */
@@ -145,10 +148,14 @@ static void pair_make(void)
     tbrt_link_opts o;
     tbrt_link_opts_init(&o);
     o.device = "soft";
-    o.personality = r.mode == 2 ? "apple-uc" : "linux-rc";
-    o.framing = r.mode == 1 ? TBRT_FRAMING_FIXED : TBRT_FRAMING_AUTO;
-    o.nbuf = NBUF;
-    o.stride = STRIDE;
+    static const int framing[] = {TBRT_FRAMING_AUTO, TBRT_FRAMING_FIXED, TBRT_FRAMING_AUTO,
+                                  TBRT_FRAMING_LLAMA_APPLE, TBRT_FRAMING_LLAMA_LINUX};
+    o.personality = r.mode == 2 || r.mode == 3 ? "apple-uc" : "linux-rc";
+    o.framing = framing[r.mode];
+    if (r.mode < 3) {               /* llama.cpp's framings fix their rings */
+        o.nbuf = NBUF;
+        o.stride = STRIDE;
+    }
     o.timeout = 2;
     o.liveness = 2;
     o.no_fallback = 1;
@@ -325,17 +332,23 @@ static void b_send(const uint8_t *bytes, uint32_t len)
         fprintf(stderr, "b sent %u bytes\n", len);
 }
 
-/* A frame of tbrt's framing with a payload of len bytes (a whole stride in
- * the fixed framings); CORRUPT's byte set before it goes */
+/* A frame of a's framing with a payload of len bytes (a whole stride in
+ * the fixed framings); CORRUPT's byte set before it goes. magic: tbrt's
+ * (llama-apple: its RSEG for TBRT_SEG_MAGIC; llama-linux: no header) */
 static void b_frame(uint32_t magic, const uint8_t *payload, uint32_t len, int pos, int val)
 {
     static uint8_t f[SEND_MAX];
-    bool fixed = r.a->x.framing != TBRT_FRAMING_VARIABLE;
-    uint32_t bytes = fixed ? STRIDE : TBRT_STRIDE_HDR + len;
+    int framing = r.a->x.framing;
+    uint32_t hdr = r.a->x.hdr, bytes = framing == TBRT_FRAMING_VARIABLE ? hdr + len
+                                       : framing == TBRT_FRAMING_LLAMA_LINUX ? len
+                                                                             : r.a->x.stride;
     memset(f, 0, bytes);
-    frame_hdr_write(f, magic, len, r.seq++);
-    memcpy(f + TBRT_STRIDE_HDR, payload, len);
-    if (pos >= 0)
+    if (framing == TBRT_FRAMING_LLAMA_APPLE)
+        rseg_hdr_write(f, magic == TBRT_SEG_MAGIC ? TBRT_LLAMA_SEG_MAGIC : magic, len);
+    else if (framing != TBRT_FRAMING_LLAMA_LINUX)
+        frame_hdr_write(f, magic, len, r.seq++);
+    memcpy(f + hdr, payload, len);
+    if (pos >= 0 && bytes)
         f[(uint32_t)pos % bytes] = (uint8_t)val;
     b_send(f, bytes);
 }
@@ -363,14 +376,20 @@ static void b_data(uint8_t op, const uint8_t *p, uint32_t len)
     }
     /* a frame wrong in one way that its check does not catch */
     static uint8_t f[SEND_MAX];
-    uint32_t hlen = op & 0x20 ? payload + 1 : len;
+    int framing = r.a->x.framing;
+    uint32_t hlen = op & 0x20 ? payload + 1 : len, hdr = r.a->x.hdr;
     uint32_t seq = r.seq + (op & 0x08 ? 1u : 0u) - (op & 0x10 ? 1u : 0u);
     r.seq = seq + 1;
-    bool fixed = r.a->x.framing != TBRT_FRAMING_VARIABLE;
-    uint32_t bytes = (fixed ? STRIDE : TBRT_STRIDE_HDR + len) + (op & 0x40 ? 8u : 0u);
+    uint32_t bytes = (framing == TBRT_FRAMING_VARIABLE ? hdr + len
+                      : framing == TBRT_FRAMING_LLAMA_LINUX ? len
+                                                           : r.a->x.stride) +
+                     (op & 0x40 ? 8u : 0u);
     memset(f, 0, bytes);
-    frame_hdr_write(f, TBRT_SEG_MAGIC, hlen, seq);
-    memcpy(f + TBRT_STRIDE_HDR, p, len);
+    if (framing == TBRT_FRAMING_LLAMA_APPLE)
+        rseg_hdr_write(f, TBRT_LLAMA_SEG_MAGIC, hlen);
+    else if (framing != TBRT_FRAMING_LLAMA_LINUX)
+        frame_hdr_write(f, TBRT_SEG_MAGIC, hlen, seq);
+    memcpy(f + hdr, p, len);
     b_send(f, bytes);
     r.exact = false;
 }
@@ -427,8 +446,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    r = (struct run){.mode = data[0] & 3, .views = data[0] & 4, .reg = data[0] & 8,
-                     .hold = data[0] & 16, .exact = true};
+    r = (struct run){.mode = data[0] & 32 ? 4 : data[0] & 3, .views = data[0] & 4,
+                     .reg = data[0] & 8, .hold = data[0] & 16, .exact = true};
     pair_make();
     static const uint8_t filler[40 * 1024];
     for (size_t off = 1; off < size;) {
