@@ -11,6 +11,7 @@ local ffi = require("ffi")
 local cjson = require("cjson")
 local core = require("tbrt.ffi")
 local task = require("tbrt.task")
+local tbrt = require("tbrt")
 local L = require("links")
 local H = require("helpers")
 
@@ -259,40 +260,96 @@ describe("direct transfers", function()
   end))
 
   -- A direct send is a rendezvous (it returns once the peer's recv took
-  -- it): two ends that both send before reading wait for each other, as
-  -- MPI_Send of a large message does; from unregistered memory the rings
-  -- buffer both. The timeout says which it is and what to do.
-  it("both ends sending before reading: buffered from plain memory; from registered memory "
-    .. "both wait, and the timeout names the rendezvous", L.async(function()
-    for _, reg in ipairs({ false, true }) do
-      local a, b = L.pair(RC)
-      local n = 64 * 1024
-      local function exchange(l, seed)
-        local src = L.pattern(n, seed)
-        if reg then assert(l:register(src, n)) end
-        return task.spawn(function()
-          local ok, err = l:send(src, n, 0.5)
-          if not ok then return nil, err end
-          assert(l:flush())
-          local dst = ffi.new("uint8_t[?]", n)
-          local got, err2 = l:recv_into(dst, n, 5)
-          return got and L.check(dst, n, 11 - seed) == nil and got, err2
-        end)
-      end
-      local ta, tb = exchange(a, 4), exchange(b, 7)
-      local ga, ea = ta:join(20)
-      local gb, eb = tb:join(20)
-      if not reg then
-        assert.equal(n, ga, ea) ; assert.equal(n, gb, eb)
-      else
-        for _, e in ipairs({ ea, eb }) do
-          assert.matches("^ETIMEDOUT: link %d+: send: 65536 bytes lent to the peer %(a direct " ..
-            "send from registered memory%) not read within 0%.5 s", e)
-          assert.matches("read before sending, or send from unregistered memory", e, 1, true)
+  -- it): two ends that both lend before reading would wait for each other,
+  -- where the rings buffer sends from plain memory. The end with the lower
+  -- QPN asks for its offer back and sends through the ring instead, so the
+  -- exchange completes as one from plain memory does.
+  for _, n in ipairs({ 64 * 1024, 1024 * 1024 }) do
+    it("both ends sending before reading: " .. n / 1024 .. " KiB each way completes from plain "
+      .. "and from registered memory, one offer taken back", L.async(function()
+      for _, reg in ipairs({ false, true }) do
+        local a, b = L.pair(RC)
+        local function exchange(l, seed)
+          local src = L.pattern(n, seed)
+          if reg then assert(l:register(src, n)) end
+          return task.spawn(function()
+            local ok, err = l:send(src, n, 5)
+            if not ok then return nil, err end
+            assert(l:flush())
+            local dst = ffi.new("uint8_t[?]", n)
+            local got, err2 = l:recv_into(dst, n, 5)
+            if got and L.check(dst, n, 11 - seed) then return nil, "the bytes differ" end
+            return got, err2
+          end)
         end
+        local ta, tb = exchange(a, 4), exchange(b, 7)
+        local ga, ea = ta:join(20)
+        local gb, eb = tb:join(20)
+        assert.equal(n, ga, ea) ; assert.equal(n, gb, eb)
+        local da, db = a:stats().direct_sends, b:stats().direct_sends
+        if reg then
+          -- one end's offer was read, the other's given back and copied
+          assert.same({ 0, 1 }, da < db and { da, db } or { db, da })
+          assert.equal(n, a:stats().bytes_sent) ; assert.equal(n, b:stats().bytes_sent)
+        else
+          assert.equal(0, da + db)
+        end
+        -- and the links go on: direct again both ways, in turn
+        if reg then
+          local src = L.pattern(n, 9)
+          assert(a:register(src, n))
+          local dst = ffi.new("uint8_t[?]", n)
+          assert(b:register(dst, n))
+          assert.equal(n, move(a, b, src, n, dst))
+          assert.is_nil(L.check(dst, n, 9))
+          assert.equal(da + 1, a:stats().direct_sends)
+        end
+        a:close() ; b:close()
       end
-      a:close() ; b:close()
+    end))
+  end
+
+  it("both ends sending before reading, between two processes: the exchanges complete, "
+    .. "with one offer of each taken back", L.async(function()
+    local sizes = { 40000, 65536, 1000000 }
+    local srv = assert(tbrt.listen("127.0.0.1", 0, RC))
+    local args = { "exchange", srv.port, cjson.encode(RC) }
+    for _, n in ipairs(sizes) do args[#args + 1] = n end
+    local peer = L.spawn_peer(args)
+    local l = assert(srv:accept(20))
+    srv:close()
+    for _, n in ipairs(sizes) do
+      local src, dst = L.pattern(n, 4), ffi.new("uint8_t[?]", n)
+      assert(l:register(src, n))
+      local ok, err = l:send(src, n, 30)
+      if not ok then
+        local r = peer:wait(5)
+        error(string.format("%s\n(peer: exit %s, stderr: %s)", err, tostring(r.code), r.stderr), 0)
+      end
+      assert(l:flush())
+      assert.equal(n, l:recv_into(dst, n, 30))
+      assert.is_nil(L.check(dst, n, 7), "the exchange of " .. n .. " bytes")
+      assert(l:unregister(src))
     end
+    local r = peer:wait(30)
+    assert.equal(0, r.code, r.stderr)
+    local theirs = tonumber(r.stdout:match("ok direct_sends (%d+)"))
+    -- each exchange: one end's offer read, the other's given back
+    assert.equal(#sizes, theirs + l:stats().direct_sends, r.stdout)
+    assert(l:close())
+  end))
+
+  it("a lent send still waiting names the rendezvous when its timeout ends", L.async(function()
+    local a, b = L.pair(RC)
+    local n = 64 * 1024
+    local src = L.pattern(n, 1)
+    assert(a:register(src, n))
+    local ok, err = a:send(src, n, 0.3)       -- b never reads
+    assert.is_nil(ok)
+    assert.matches("^ETIMEDOUT: link %d+: send: 65536 bytes lent to the peer %(a direct send " ..
+      "from registered memory%) not read within 0%.3 s", err)
+    assert.matches("read before sending, or send from unregistered memory", err, 1, true)
+    a:close() ; b:close()
   end))
 
   it("between two processes (pair.lua --register) every byte checks and the sends go direct",

@@ -201,10 +201,10 @@ int tbrt_link_timed_out(tbrt_link *l, int what, size_t done, size_t len, double 
             return link_note(l, ETIMEDOUT, "send: %u bytes lent to the peer (a direct send from "
                              "registered memory) not read within %.3g s (the call's timeout): "
                              "a direct send returns only once the peer's recv has taken it; if "
-                             "the peer waits in a send of its own, or sent this end more frames "
-                             "than its ring holds (the peer's READ then queues behind them), "
-                             "both ends wait: read before sending, or send from unregistered "
-                             "memory",
+                             "the peer waits in a send of its own that the rings cannot hold, or "
+                             "sent this end more frames than its ring holds (the peer's READ "
+                             "then queues behind them), both ends wait: read before sending, or "
+                             "send from unregistered memory",
                              l->x.dsend.len, timeout);
         return link_note(l, ETIMEDOUT, "send: %zu of %zu bytes accepted within %.3g s (the call's "
                          "timeout): the peer is alive (it was not reported gone within the "

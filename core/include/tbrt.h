@@ -447,8 +447,10 @@ int tbrt_link_progress(tbrt_link *l);
  * returns -EAGAIN until the peer has read all of it, and the buffer is lent
  * to the peer until then: call send again with the same buffer (send_all
  * does) and change nothing in it; another buffer gets -EBUSY. A rendezvous,
- * then: two ends that both send this way before reading wait for each
- * other, where sends from plain memory would be buffered by the rings. Up to 8
+ * then: of two ends that both send this way before reading, the one with
+ * the lower QPN takes its offer back (unless the peer began reading it)
+ * and sends through the rings, so the exchange completes as one from
+ * plain memory would, within what the rings hold. Up to 8
  * regions per link; on a soft device registering moves the pages into
  * shared memory (a copy), so register once and reuse. A recv that meets an
  * offer returns -EAGAIN while its READ is in flight (readable is 0 then);

@@ -4,6 +4,10 @@
 --            pattern byte by byte, and send them back; print "ok" at the end.
 -- MODE sink: connect, print "ready", then receive forever (until killed).
 -- MODE source: connect, print "ready", then send forever (until killed).
+-- MODE exchange: connect; for each size send that many bytes (pattern 7)
+--            from registered memory, then receive as many (pattern 4) and
+--            check them: both ends send before they read; print "ok" and
+--            the direct sends it made at the end.
 -- It connects to 127.0.0.1, or to $PEER_HOST.
 local cjson = require("cjson")
 local tbrt = require("tbrt")
@@ -37,6 +41,22 @@ elseif mode == "sink" then
     local got, err = link:recv_into(buf, 2 ^ 20, 60, true)
     if not got then error(err) end
   end
+elseif mode == "exchange" then
+  local ffi = require("ffi")
+  for i = 4, #arg do
+    local n = tonumber(arg[i])
+    local src, dst = L.pattern(n, 7), ffi.new("uint8_t[?]", n)
+    assert(link:register(src, n))
+    assert(link:send(src, n, 30))
+    assert(link:flush())
+    local got, err = link:recv_into(dst, n, 30)
+    if not got then error("recv " .. n .. ": " .. err) end
+    local bad = L.check(dst, n, 4)
+    if bad then error(string.format("size %d: byte %d differs", n, bad)) end
+    assert(link:unregister(src))
+  end
+  print("ok direct_sends " .. link:stats().direct_sends)
+  assert(link:close())
 elseif mode == "source" then
   print("ready")
   io.stdout:flush()

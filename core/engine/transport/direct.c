@@ -19,6 +19,18 @@
  * the length that was lent. Control frames go inline from the stack; the QP
  * has DIRECT_CTL_MAX send slots for them and the reads beyond its strides.
  *
+ * A direct send returns only once the peer's reader has taken it (a
+ * rendezvous). Two ends that both lend before they read would wait for
+ * each other for good, where the rings would have buffered both sends; so
+ * a lender still waiting that finds the peer's own offer unread here asks
+ * for its offer back, when it is the end with the lower QPN (GID on a tie:
+ * one end of the two, always). The peer's progress gives it back if its
+ * reader has not begun on it (no byte read, no READ posted): the offer
+ * leaves its stream as if never sent; else the peer's done answers as
+ * usual. What was given back goes through the rings, the rest of that send
+ * too, so the exchange completes as one from plain memory would (and, as
+ * that one, waits when the sends exceed what the rings hold).
+ *
  * Nothing here waits for the peer: a READ in flight makes recv return
  * -EAGAIN (and readable() 0), so the caller waits as for any arrival, other
  * tasks of its thread run meanwhile (the lender among them, whose software
@@ -32,8 +44,9 @@
 
 #include "engine/transport/framing.h"
 #include "engine/transport/transport.h"
-#include "util/util.h"
 #include "util/copy.h"
+#include "util/debug.h"
+#include "util/util.h"
 
 enum { WR_READ = 1, WR_CTL = 2 };
 /* a receive smaller than this reads through the window even into registered
@@ -143,10 +156,20 @@ static int ctl_room(struct xport *x, const char *what)
     return 0;
 }
 
-/* An offer or a done: one inline SEND of header and payload. */
+const char *direct_frame_name(uint32_t magic)
+{
+    switch (magic) {
+    case FRAME_OFFER_MAGIC: return "offer";
+    case FRAME_DONE_MAGIC: return "done";
+    case FRAME_ASK_BACK_MAGIC: return "ask-back";
+    default: return "back";
+    }
+}
+
+/* A control frame: one inline SEND of header and payload. */
 static int post_ctl(struct xport *x, uint32_t magic, const void *payload, uint32_t len)
 {
-    int rc = ctl_room(x, magic == FRAME_OFFER_MAGIC ? "offer" : "done");
+    int rc = ctl_room(x, direct_frame_name(magic));
     if (rc)
         return rc;
     uint8_t f[TBRT_STRIDE_HDR + FRAME_OFFER_LEN];
@@ -160,24 +183,45 @@ static int post_ctl(struct xport *x, uint32_t magic, const void *payload, uint32
                              .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE};
     rc = tbrt_post_send(x->qp, &wr, NULL);
     if (rc)
-        return xport_fail(x, -rc, "post_send direct %s frame: %s",
-                          magic == FRAME_OFFER_MAGIC ? "offer" : "done", tbrt_dev_why(x->dev));
+        return xport_fail(x, -rc, "post_send direct %s frame: %s", direct_frame_name(magic),
+                          tbrt_dev_why(x->dev));
     x->dctl_inflight++;
     x->stats.frames_sent++;
     return 0;
+}
+
+/* Of two ends that both lend, the one that asks for its offer back. */
+static bool we_ask_back(const struct xport *x)
+{
+    if (x->qp->qp_num != x->peer.qpn)
+        return x->qp->qp_num < x->peer.qpn;
+    return memcmp(x->gid, x->peer.gid, sizeof x->gid) < 0;
 }
 
 intptr_t direct_send(struct xport *x, const void *buf, size_t len)
 {
     if (x->dsend.active) {
         /* the engine refused any other buffer: this is the lent one again */
-        if (!x->dsend.done)
+        if (!x->dsend.done) {
+            if (!x->dsend.asked_back && x->doffer.pending && we_ask_back(x)) {
+                uint32_t v = htole32(x->dsend.len);
+                if (post_ctl(x, FRAME_ASK_BACK_MAGIC, &v, sizeof v))
+                    return -x->err;
+                x->dsend.asked_back = true;
+            }
             return -EAGAIN;
+        }
         uint32_t n = x->dsend.len;
-        x->dsend.active = x->dsend.done = false;
+        x->dsend.active = x->dsend.done = x->dsend.asked_back = false;
         x->stats.bytes_sent += n;
         x->stats.direct_sends++;
         return n;
+    }
+    if (x->dsend.back) {
+        const uint8_t *p = buf;
+        if (p >= x->dsend.buf && p < x->dsend.buf + x->dsend.len)
+            return 0;           /* given back: through the ring, with the rest */
+        x->dsend.back = false;
     }
     struct xport_umr *u = umr_find(x, buf, len);
     if (!u)
@@ -220,6 +264,37 @@ int direct_stray_done(struct xport *x)
     return post_ctl(x, FRAME_DONE_MAGIC, &v, sizeof v) ? -x->err : 0;
 }
 
+void direct_sent_through(struct xport *x, const void *end)
+{
+    if (x->dsend.back && (const uint8_t *)end >= x->dsend.buf + x->dsend.len)
+        x->dsend.back = false;  /* all of what was given back went */
+}
+
+/* The lender asks for its offer back (we ask_back): given back when the
+ * reader has not begun on it, which is then the newest entry of the stream
+ * (its lender sends nothing after an offer); else ignored, the done of the
+ * read answers it. */
+static int give_back_offer(struct xport *x, uint32_t v)
+{
+    if (!x->doffer.pending || !x->inq_count)
+        return 0;
+    struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count - 1, x->nbuf)];
+    bool head = x->inq_count == 1;
+    if (!q->direct || q->len != v || q->off || q->wend ||
+        (head && (x->dread.busy || x->dread.done)))
+        return 0;
+    uint32_t stride = q->buf;
+    x->inq_count--;
+    x->inq_bytes -= q->len;
+    x->doffer.pending = false;
+    uint32_t le = htole32(v);
+    if (rdma_give_back(x, stride) || post_ctl(x, FRAME_BACK_MAGIC, &le, sizeof le))
+        return -x->err;
+    if (DBG_ON(DBG_FRAME))
+        dbg_line(x->link_id, "direct: gave the peer's offer of %u bytes back (both ends lent)", v);
+    return 0;
+}
+
 int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *payload,
                  uint32_t len)
 {
@@ -230,20 +305,31 @@ int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *p
                           "transfers (%s, %s framing)",
                           magic == FRAME_OFFER_MAGIC ? "offer" : "done",
                           x->qp_type == IBV_QPT_RC ? "RC" : "UC", framing_name(x->framing));
-    if (magic == FRAME_DONE_MAGIC) {
+    if (magic != FRAME_OFFER_MAGIC) {
         uint32_t v;
         if (len != FRAME_DONE_LEN)
-            return xport_fail(x, EPROTO, "recv: a direct done frame of %u bytes, expected %u",
-                              len, FRAME_DONE_LEN);
+            return xport_fail(x, EPROTO, "recv: a direct %s frame of %u bytes, expected %u",
+                              direct_frame_name(magic), len, FRAME_DONE_LEN);
         memcpy(&v, payload, 4);
         v = le32toh(v);
-        if (!x->dsend.active || x->dsend.done)
-            return xport_fail(x, EPROTO, "recv: a direct done frame (%u bytes), but no send of "
-                              "ours is lent to the peer", v);
+        if (magic == FRAME_ASK_BACK_MAGIC)
+            return give_back_offer(x, v) || rdma_give_back(x, buf) ? -x->err : 0;
+        if (!x->dsend.active || x->dsend.done ||
+            (magic == FRAME_BACK_MAGIC && !x->dsend.asked_back))
+            return xport_fail(x, EPROTO, "recv: a direct %s frame (%u bytes), but no send of "
+                              "ours is %s", direct_frame_name(magic), v,
+                              magic == FRAME_DONE_MAGIC ? "lent to the peer"
+                                                        : "asked back from the peer");
         if (v != x->dsend.len)
-            return xport_fail(x, EPROTO, "recv: the peer says it read %u bytes of our direct "
-                              "send of %u", v, x->dsend.len);
-        x->dsend.done = true;
+            return xport_fail(x, EPROTO, "recv: the peer says it %s %u bytes of our direct "
+                              "send of %u", magic == FRAME_DONE_MAGIC ? "read" : "gives back", v,
+                              x->dsend.len);
+        if (magic == FRAME_DONE_MAGIC) {
+            x->dsend.done = true;
+        } else {
+            x->dsend.active = x->dsend.asked_back = false;
+            x->dsend.back = true;
+        }
         return rdma_give_back(x, buf) ? -x->err : 0;
     }
     if (len != FRAME_OFFER_LEN)
@@ -267,6 +353,7 @@ int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *p
                           "address space", olen, (unsigned long long)addr);
     x->doffer.addr = addr;
     x->doffer.rkey = key;
+    x->doffer.len = olen;
     x->doffer.pending = true;
     struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count, x->nbuf)];
     *q = (struct link_inq){.buf = buf, .len = olen, .direct = true};

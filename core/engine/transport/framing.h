@@ -27,13 +27,23 @@
 
 /* Direct transfers (direct.c) in tbrt's variable framing: an offer
  * {addr u64, rkey u32, len u32} of the sender's registered memory, and the
- * reader's done {len u32} once it has read all of it. They take sequence
- * numbers as any frame does; the reader's progress, not its reader, takes
- * a done. */
+ * reader's done {len u32} once it has read all of it; when both ends lend
+ * at once, the one with the lower QPN asks for its offer back {len u32}
+ * and the reader, if it has not begun reading it, gives it back {len u32}.
+ * They take sequence numbers as any frame does; the progress of each end,
+ * not its reader, takes all but the offer. */
 #define FRAME_OFFER_MAGIC 0x4f524254u /* "TBRO" */
 #define FRAME_DONE_MAGIC 0x44524254u  /* "TBRD" */
+#define FRAME_ASK_BACK_MAGIC 0x41524254u /* "TBRA" */
+#define FRAME_BACK_MAGIC 0x42524254u  /* "TBRB" */
 #define FRAME_OFFER_LEN 16u
-#define FRAME_DONE_LEN 4u
+#define FRAME_DONE_LEN 4u           /* also ask-back's and back's */
+
+static inline bool frame_is_direct(uint32_t magic)
+{
+    return magic == FRAME_OFFER_MAGIC || magic == FRAME_DONE_MAGIC ||
+           magic == FRAME_ASK_BACK_MAGIC || magic == FRAME_BACK_MAGIC;
+}
 
 struct frame_hdr {
     uint32_t magic;

@@ -320,16 +320,14 @@ static int64_t tbrt_frame(struct xport *x, const uint8_t *at, const struct ibv_w
     *kind = magic;
     /* a direct transfer's offer or done: direct.c says whether this link
      * takes them and checks the rest */
-    bool ctl = magic != TBRT_SEG_MAGIC &&
-               (magic == FRAME_OFFER_MAGIC || magic == FRAME_DONE_MAGIC) &&
-               check == (uint32_t) ~(magic ^ len ^ seq);
+    bool ctl = frame_is_direct(magic) && check == (uint32_t) ~(magic ^ len ^ seq);
     if (ctl) {
         /* a link that takes no direct transfers (fixed framing, UC) says
          * so, whatever the frame's size (direct.c) */
         if (x->direct_ok && wc->byte_len != TBRT_STRIDE_HDR + len)
             return xport_fail(x, EPROTO, "recv: a direct %s frame of length %u but the SEND "
-                              "carried %u bytes", magic == FRAME_OFFER_MAGIC ? "offer" : "done",
-                              len, wc->byte_len), -1;
+                              "carried %u bytes", direct_frame_name(magic), len, wc->byte_len),
+                   -1;
     } else {
         if (magic == TBRT_LLAMA_SEG_MAGIC)
             return wrong_wire(x, WIRE_LLAMA_APPLE, "recv: a frame with llama.cpp's RSEG magic"),
@@ -546,7 +544,7 @@ static bool acquire(struct xport *x)
 
 static intptr_t rdma_send(struct xport *x, const void *buf, size_t len)
 {
-    if (x->dsend.active || (len >= DIRECT_MIN && x->umr_n && x->direct_ok)) {
+    if (x->dsend.active || x->dsend.back || (len >= DIRECT_MIN && x->umr_n && x->direct_ok)) {
         intptr_t d = direct_send(x, buf, len);
         if (d)
             return d;           /* 0: not from registered memory, copied below */
@@ -566,6 +564,8 @@ static intptr_t rdma_send(struct xport *x, const void *buf, size_t len)
     }
     if (x->err)
         return -x->err;
+    if (x->dsend.back)
+        direct_sent_through(x, p + done);
     x->stats.bytes_sent += done;
     return done ? (intptr_t)done : -EAGAIN;
 }

@@ -158,10 +158,14 @@ struct xport {
         const uint8_t *buf;
         uint32_t len;
         bool active, done;
+        bool asked_back;        /* we asked for it back (both ends lend) */
+        bool back;              /* the peer gave it back: [buf, buf+len) goes
+                                   through the ring, this send's rest too */
     } dsend;
     struct {
         uint64_t addr;
         uint32_t rkey;
+        uint32_t len;
         bool pending;
     } doffer;
     /* the reader's one READ: in flight (busy), or done into the caller's
@@ -231,6 +235,10 @@ int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *p
                  uint32_t len);
 int direct_completion(struct xport *x, const struct ibv_wc *wc);
 const char *direct_wr_what(uint64_t wr_id);    /* "direct read", ... (error messages) */
+const char *direct_frame_name(uint32_t magic); /* "offer", "done", ... */
+/* rdma_send copied up to end: a send given back is all gone when it passed
+ * its end (later sends of that buffer may go direct again) */
+void direct_sent_through(struct xport *x, const void *end);
 intptr_t direct_recv(struct xport *x, struct link_inq *q, uint8_t *dst, size_t want);
 intptr_t direct_view(struct xport *x, struct link_inq *q, const uint8_t **out);
 int direct_consume(struct xport *x, struct link_inq *q, size_t n);
