@@ -37,6 +37,8 @@ local function offer(off, len, bad_key)
   return string.char(bad_key and 10 or 2) .. le32(off + 2048) .. le32(len)
 end
 local function done(n) return string.char(3) .. le32(n) end
+local function ask_back(n) return string.char(3 + 8) .. le32(n) end
+local function back(n) return string.char(3 + 16) .. le32(n) end
 local function turn(kib) return string.char(4, kib - 1) end
 local function a_sends(n) return string.char(5, n - 1) end
 local B_TURN = string.char(6)
@@ -68,6 +70,16 @@ local good = {
 -- hostile: { input, what the broken link's message must say }
 -- llama.cpp's Apple header: magic "RSEG" as a little-endian number, length
 local rseg = le32(0x52534547) .. le32(3) .. "abc" .. string.rep("\0", 5)
+-- b asks for its offer back: a gives it back while it has not begun on it
+-- (the stream goes on without it), else reads on: { input, bytes a hands out }
+local asked = {
+  unread = { input(VARIABLE, data("before"), offer(0, 5000), ask_back(5000), data("after")), 11 },
+  read = { input(VARIABLE, offer(0, 5000), turn(8), ask_back(5000), data("x")), 5001 },
+  other_length = { input(VARIABLE, data("before"), offer(0, 5000), ask_back(4999), data("after")),
+    5011 },
+  none = { input(VARIABLE, ask_back(100), data("after")), 5 },
+}
+
 -- a whole tbrt header (magic, length, seq, check) and its payload
 local function tbrt_frame(payload)
   local magic, seq = 0x54524254, 1
@@ -87,6 +99,7 @@ local bad = {
   key = { input(VARIABLE, offer(0, 100, true)), "direct read completion: IBV_WC_REM_ACCESS_ERR" },
   empty = { input(VARIABLE, offer(0, 0)), "a direct offer of 0 bytes" },
   twice = { input(VARIABLE, offer(0, 100), offer(0, 100)), "a second direct offer before the first was read" },
+  stray_back = { input(VARIABLE, back(5)), "a direct back frame %(5 bytes%), but no send of ours is asked back" },
   stray_done = { input(VARIABLE, done(5)), "a direct done frame %(5 bytes%), but no send of ours is lent" },
   fixed_offer = { input(FIXED, offer(0, 100)), "a direct offer frame on a link that takes no direct transfers %(RC, fixed framing%)" },
   rseg_magic = { input(LLAMA_APPLE, corrupt("abc", 0, 0x55)), "frame magic 0x52534555 != RSEG" },
@@ -125,6 +138,15 @@ describe_once("the engine's receive side against a hostile peer's frames (libFuz
     end
   end)
 
+  it("gives an offer back when asked before reading it, not after", function()
+    if not built then pending(why) return end
+    for name, c in pairs(asked) do
+      local e, r = replay(c[1])
+      assert.equal("up", e.link, name .. ": " .. r.stderr)
+      assert.equal(c[2], e.got, name .. ": " .. r.stderr)
+    end
+  end)
+
   it("breaks the link on each kind of bad frame, naming it", function()
     if not built then pending(why) return end
     for name, b in pairs(bad) do
@@ -140,6 +162,7 @@ describe_once("the engine's receive side against a hostile peer's frames (libFuz
     local list = {}
     for _, g in pairs(good) do list[#list + 1] = g[1] end
     for _, b in pairs(bad) do list[#list + 1] = b[1] end
+    for _, c in pairs(asked) do list[#list + 1] = c[1] end
     local r = F.fuzz("fuzz-link-frames", list, RUNS)
     assert.equal(0, r.code, H.describe(r))
     assert.matches("Done " .. RUNS .. " runs", r.stderr)

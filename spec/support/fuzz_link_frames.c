@@ -37,7 +37,8 @@
  *   2 OFFER [off:4][len:4]    a direct offer of b's region: the address is
  *                             off (mod its size + 4 KiB) from 2 KiB before
  *                             it, the key b's (bit 3 of the op: a wrong one)
- *   3 DONE [len:4]            a direct done frame
+ *   3 DONE [len:4]            a direct done frame (bits 3-4 of the op: 1 an
+ *                             ask-back instead, 2 a back)
  *   4 A [n:1]                 a's turn: progress, then recv (or a view) of
  *                             up to (n % 64 + 1) KiB
  *   5 A_SENDS [n:1]           a sends n + 1 bytes and flushes (bit 3 of the
@@ -312,11 +313,13 @@ static void b_send(const uint8_t *bytes, uint32_t len)
         if (!a_has_room())
             r.exact = false;        /* this one is lost */
     }
-    for (int i = 0; i < 100 && r.posted - r.reaped >= NBUF; i++) {
+    /* b's send queue's depth (llama-linux's is 4) */
+    uint64_t depth = r.b->x.qp->cap.max_send_wr < NBUF ? r.b->x.qp->cap.max_send_wr : NBUF;
+    for (int i = 0; i < 100 && r.posted - r.reaped >= depth; i++) {
         b_turn();
         a_result("progress", tbrt_link_progress(r.a));
     }
-    if (r.posted - r.reaped >= NBUF) {
+    if (r.posted - r.reaped >= depth) {
         r.exact = false;            /* b's queue stays full (a stopped reading) */
         return;
     }
@@ -484,11 +487,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 3: {
             if (left < 4)
                 break;
+            static const uint32_t magic[4] = {FRAME_DONE_MAGIC, FRAME_ASK_BACK_MAGIC,
+                                              FRAME_BACK_MAGIC, FRAME_DONE_MAGIC};
             uint8_t d[FRAME_DONE_LEN];
             memcpy(d, data + off, 4);
             off += 4;
-            b_frame(FRAME_DONE_MAGIC, d, FRAME_DONE_LEN, -1, 0);
-            r.exact = false;        /* nothing of a's is lent to b to say done to */
+            b_frame(magic[(op >> 3) & 3], d, FRAME_DONE_LEN, -1, 0);
+            /* done, back: nothing of a's is lent to b (but a_sends can lend
+             * it); ask-back: a gives an offer back when it has not begun on
+             * it, which the stream here does not follow */
+            r.exact = false;
             break;
         }
         case 4:
