@@ -446,7 +446,9 @@ int tbrt_link_progress(tbrt_link *l);
  * directly (one copy instead of three) or through a stride. Such a send
  * returns -EAGAIN until the peer has read all of it, and the buffer is lent
  * to the peer until then: call send again with the same buffer (send_all
- * does) and change nothing in it; another buffer gets -EBUSY. A rendezvous,
+ * does) and change nothing in it; another buffer gets -EBUSY. (A call
+ * after the peer gave the offer back, below, sends the bytes through the
+ * ring and returns how many it took, as any send.) A rendezvous,
  * then: of two ends that both send this way before reading, the one with
  * the lower QPN takes its offer back (unless the peer began reading it)
  * and sends through the rings, so the exchange completes as one from

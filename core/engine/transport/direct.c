@@ -302,8 +302,7 @@ int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *p
      * peer in variable framing on a fixed-framing link sends these) */
     if (!x->direct_ok)
         return xport_fail(x, EPROTO, "recv: a direct %s frame on a link that takes no direct "
-                          "transfers (%s, %s framing)",
-                          magic == FRAME_OFFER_MAGIC ? "offer" : "done",
+                          "transfers (%s, %s framing)", direct_frame_name(magic),
                           x->qp_type == IBV_QPT_RC ? "RC" : "UC", framing_name(x->framing));
     if (magic != FRAME_OFFER_MAGIC) {
         uint32_t v;
@@ -353,7 +352,6 @@ int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *p
                           "address space", olen, (unsigned long long)addr);
     x->doffer.addr = addr;
     x->doffer.rkey = key;
-    x->doffer.len = olen;
     x->doffer.pending = true;
     struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count, x->nbuf)];
     *q = (struct link_inq){.buf = buf, .len = olen, .direct = true};

@@ -165,7 +165,6 @@ struct xport {
     struct {
         uint64_t addr;
         uint32_t rkey;
-        uint32_t len;
         bool pending;
     } doffer;
     /* the reader's one READ: in flight (busy), or done into the caller's
