@@ -19,9 +19,9 @@
  * variable framing, 1 linux-rc fixed, 2 apple-uc (UC, fixed), 3 llama.cpp's
  * Apple framing (RSEG headers, whole 128 KiB strides); bit 5 instead
  * llama.cpp's Linux framing: no header, a SEND is its payload), bit 2 a
- * reads through views instead of recv, bit 3 a
- * registers its receive buffer (an offer is then READ straight into it),
- * bit 4 b keeps what a sends it (its receives are not given back: a's
+ * reads through views instead of recv, bit 3 a registers its receive
+ * buffer (an offer is then READ straight into it), bit 4 b keeps what a
+ * sends it (its receives are not given back: a's
  * SENDs beyond them wait, and a READ of an offer waits behind them, RC's
  * order; otherwise b's turns drop a's frames and post their receives
  * again, as a reader that keeps up).
@@ -44,7 +44,8 @@
  *   5 A_SENDS [n:1]           a sends n + 1 bytes and flushes (bit 3 of the
  *                             op: 40 KiB from its registered buffer, which
  *                             a offers to b, which never reads it)
- *   6 B                       b's turn: its completions polled, dropped
+ *   6 B                       b's turn: its completions polled and dropped
+ *                             (what a sent it: see bit 4 above)
  *   7 CORRUPT [len:2][pos:2][val:1][bytes]  a DATA frame with one byte of
  *                             it (pos, mod its size) set to val
  * All integers little endian. The pair is made fresh for every input, so an
