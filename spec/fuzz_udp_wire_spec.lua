@@ -16,7 +16,7 @@ local bit = require("bit")
 local H = require("helpers")
 local F = require("fuzz")
 
-local RUNS = tonumber(os.getenv("TBRT_FUZZ_RUNS")) or 20000
+local RUNS = tonumber(os.getenv("TBRT_FUZZ_RUNS")) or 10000
 
 local function be(v, n)
   local t = {}
