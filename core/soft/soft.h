@@ -155,6 +155,7 @@ struct soft_cq {
     uint64_t head, tail;        /* ring[head..tail) are waiting */
     struct ibv_wc *ring;
     uint64_t *stamps;           /* soft_stamp() of each when it was made (finished) */
+    uint64_t last_ns;           /* the last timestamp polled (they never go back) */
     bool overrun;
     struct soft_wire_cq *wcq;
     struct soft_cq *next;

@@ -95,8 +95,14 @@ static int poll(tbrt_cq *cq, int n, struct ibv_wc *wc, uint64_t *ts_ns)
                         c->cap);
     int i = 0;
     for (; i < n && c->head != c->tail; i++) {
-        if (ts_ns)
-            ts_ns[i] = soft_stamp_ns(c->stamps[c->head & (c->cap - 1)]);
+        if (ts_ns) {
+            /* the CQ's stamps come in order; each is placed against a
+             * fresh read of the clock, which an interrupt between its two
+             * reads can put tens of ns late: as on a NIC, a CQ's
+             * timestamps never go back */
+            uint64_t t = soft_stamp_ns(c->stamps[c->head & (c->cap - 1)]);
+            ts_ns[i] = c->last_ns = t > c->last_ns ? t : c->last_ns;
+        }
         wc[i] = c->ring[c->head++ & (c->cap - 1)];
     }
     return i;
