@@ -61,7 +61,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -69,6 +68,7 @@
 #include "tbrt.h"
 #include "engine/link.h"
 #include "engine/transport/framing.h"
+#include "util/util.h"
 
 #define STRIDE 4096u
 #define NBUF 8u
@@ -111,13 +111,6 @@ static void die(const char *fmt, ...)
     fprintf(stderr, "\n");
     va_end(ap);
     abort();
-}
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 static int get16(const uint8_t *p) { return p[0] | p[1] << 8; }
@@ -168,11 +161,11 @@ static void pair_make(void)
         die("probe: %s", err);
     if (tbrt_link_activate(r.a, cb, sizeof cb) || tbrt_link_activate(r.b, ca, sizeof ca))
         die("activate: %s", tbrt_link_why(r.a));
-    double until = now() + 10;
+    double until = now_s() + 10;
     int ra, rb;
     for (int i = 0; (ra = tbrt_link_ready(r.a)) == -EAGAIN ||
                     (rb = tbrt_link_ready(r.b)) == -EAGAIN; i++) {
-        if (now() > until)
+        if (now_s() > until)
             die("readiness: not within 10 s");
         if (i > 1000)
             poll(NULL, 0, 1);       /* loopback's bytes come at once, nearly always */
@@ -346,24 +339,38 @@ static void b_send(const uint8_t *bytes, uint32_t len)
         fprintf(stderr, "b sent %u bytes\n", len);
 }
 
+/* How a frame is wrong in a way its check does not catch (all zero: not) */
+struct odd {
+    int seq_skew;               /* +1 skips a sequence number, -1 repeats one */
+    bool long_len;              /* its header says a byte more than a payload */
+    uint32_t extra;             /* the SEND carries this much more */
+    bool corrupt;               /* byte pos (mod its size) set to val */
+    uint32_t pos;
+    uint8_t val;
+};
+static const struct odd well_formed;
+
 /* A frame of a's framing with a payload of len bytes (a whole stride in
- * the fixed framings); CORRUPT's byte set before it goes. magic: tbrt's
- * (llama-apple: its RSEG for TBRT_SEG_MAGIC; llama-linux: no header) */
-static void b_frame(uint32_t magic, const uint8_t *payload, uint32_t len, int pos, int val)
+ * the fixed framings). magic: tbrt's (llama-apple: its RSEG for
+ * TBRT_SEG_MAGIC; llama-linux: no header) */
+static void b_frame(uint32_t magic, const uint8_t *payload, uint32_t len, const struct odd *o)
 {
     static uint8_t f[SEND_MAX];
     int framing = r.a->x.framing;
-    uint32_t hdr = r.a->x.hdr, bytes = framing == TBRT_FRAMING_VARIABLE ? hdr + len
-                                       : framing == TBRT_FRAMING_LLAMA_LINUX ? len
-                                                                             : r.a->x.stride;
+    uint32_t hdr = r.a->x.hdr, hlen = o->long_len ? r.a->x.payload + 1 : len;
+    uint32_t seq = r.seq + (uint32_t)o->seq_skew;
+    r.seq = seq + 1;
+    uint32_t bytes = (framing == TBRT_FRAMING_VARIABLE ? hdr + len
+                      : framing == TBRT_FRAMING_LLAMA_LINUX ? len
+                                                           : r.a->x.stride) + o->extra;
     memset(f, 0, bytes);
     if (framing == TBRT_FRAMING_LLAMA_APPLE)
-        rseg_hdr_write(f, magic == TBRT_SEG_MAGIC ? TBRT_LLAMA_SEG_MAGIC : magic, len);
+        rseg_hdr_write(f, magic == TBRT_SEG_MAGIC ? TBRT_LLAMA_SEG_MAGIC : magic, hlen);
     else if (framing != TBRT_FRAMING_LLAMA_LINUX)
-        frame_hdr_write(f, magic, len, r.seq++);
+        frame_hdr_write(f, magic, hlen, seq);
     memcpy(f + hdr, payload, len);
-    if (pos >= 0 && bytes)
-        f[(uint32_t)pos % bytes] = (uint8_t)val;
+    if (o->corrupt && bytes)
+        f[o->pos % bytes] = o->val;
     b_send(f, bytes);
 }
 
@@ -382,30 +389,13 @@ static void b_data(uint8_t op, const uint8_t *p, uint32_t len)
     uint32_t payload = r.a->x.payload;
     if (len > payload)
         len = payload;
-    if (!(op & 0x78)) {
-        b_frame(TBRT_SEG_MAGIC, p, len, -1, 0);
-        if (len)
-            want_add(p, len);
-        return;
-    }
-    /* a frame wrong in one way that its check does not catch */
-    static uint8_t f[SEND_MAX];
-    int framing = r.a->x.framing;
-    uint32_t hlen = op & 0x20 ? payload + 1 : len, hdr = r.a->x.hdr;
-    uint32_t seq = r.seq + (op & 0x08 ? 1u : 0u) - (op & 0x10 ? 1u : 0u);
-    r.seq = seq + 1;
-    uint32_t bytes = (framing == TBRT_FRAMING_VARIABLE ? hdr + len
-                      : framing == TBRT_FRAMING_LLAMA_LINUX ? len
-                                                           : r.a->x.stride) +
-                     (op & 0x40 ? 8u : 0u);
-    memset(f, 0, bytes);
-    if (framing == TBRT_FRAMING_LLAMA_APPLE)
-        rseg_hdr_write(f, TBRT_LLAMA_SEG_MAGIC, hlen);
-    else if (framing != TBRT_FRAMING_LLAMA_LINUX)
-        frame_hdr_write(f, TBRT_SEG_MAGIC, hlen, seq);
-    memcpy(f + hdr, p, len);
-    b_send(f, bytes);
-    r.exact = false;
+    struct odd o = {.seq_skew = (op & 0x08 ? 1 : 0) - (op & 0x10 ? 1 : 0),
+                    .long_len = op & 0x20, .extra = op & 0x40 ? 8u : 0u};
+    b_frame(TBRT_SEG_MAGIC, p, len, &o);
+    if (op & 0x78)
+        r.exact = false;
+    else if (len)
+        want_add(p, len);
 }
 
 static void b_offer(uint32_t off, uint32_t len, bool bad_key)
@@ -423,7 +413,7 @@ static void b_offer(uint32_t off, uint32_t len, bool bad_key)
     bool ok = !bad_key && !r.hold && len > 0 && addr >= (uintptr_t)bregion &&
               addr + len <= (uintptr_t)bregion + REGION && r.a->x.direct_ok &&
               r.got >= r.offer_end;
-    b_frame(FRAME_OFFER_MAGIC, o, FRAME_OFFER_LEN, -1, 0);
+    b_frame(FRAME_OFFER_MAGIC, o, FRAME_OFFER_LEN, &well_formed);
     if (ok) {
         want_add((const uint8_t *)(uintptr_t)addr, len);
         r.offer_end = r.want_len;
@@ -503,7 +493,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             uint8_t d[FRAME_DONE_LEN];
             memcpy(d, data + off, 4);
             off += 4;
-            b_frame(magic[(op >> 3) & 3], d, FRAME_DONE_LEN, -1, 0);
+            b_frame(magic[(op >> 3) & 3], d, FRAME_DONE_LEN, &well_formed);
             /* done, back: nothing of a's is lent to b (but a_sends can lend
              * it); ask-back: a gives an offer back when it has not begun on
              * it, which the stream here does not follow */
@@ -535,7 +525,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (len > size - off)
                 len = (uint32_t)(size - off);
             uint32_t payload = r.a->x.payload;
-            b_frame(TBRT_SEG_MAGIC, data + off, len > payload ? payload : len, pos, val);
+            struct odd o = {.corrupt = true, .pos = (uint32_t)pos, .val = (uint8_t)val};
+            b_frame(TBRT_SEG_MAGIC, data + off, len > payload ? payload : len, &o);
             r.exact = false;
             off += len;
             break;
@@ -544,13 +535,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* the end: a takes what came, b answers its READs, until nothing moves
      * (a well-formed stream: until all of it came, within 2 s) */
-    double until = now() + 2;
+    double until = now_s() + 2;
     for (int still = 0; !r.failed && still < 20 && !(r.exact && r.got == r.want_len);) {
         size_t before = r.got;
         b_turn();
         a_turn(ABUF);
         still = r.got == before ? still + 1 : 0;
-        if (r.exact && still == 20 && now() < until) {
+        if (r.exact && still == 20 && now_s() < until) {
             still = 0;              /* an RNR retry's timer, say */
             poll(NULL, 0, 1);
         }
