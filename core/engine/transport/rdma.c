@@ -544,7 +544,9 @@ static bool acquire(struct xport *x)
 
 static intptr_t rdma_send(struct xport *x, const void *buf, size_t len)
 {
-    if (x->dsend.active || x->dsend.back || (len >= DIRECT_MIN && x->umr_n && x->direct_ok)) {
+    /* (a send given back is one of registered memory: direct_send sees it
+     * when it is 32 KiB or more; less goes through the ring anyway) */
+    if (x->dsend.active || (len >= DIRECT_MIN && x->umr_n && x->direct_ok)) {
         intptr_t d = direct_send(x, buf, len);
         if (d)
             return d;           /* 0: not from registered memory, copied below */
