@@ -45,6 +45,10 @@ struct tbrt_link {
     double shared_cpu_since;    /* the peer waits on our CPU since, 0: it does not */
     uint8_t shared_moves;       /* moves off that CPU tried in this round of */
     uint32_t shared_round;      /* LINK_CPU_SHARED + LINK_CPU_TURNS (tbrt_link_idle) */
+    unsigned idle_calls;        /* tbrt_link_idle's, to look at the table now and then */
+    bool fellow_here;           /* another waiter spins on our CPU (cpu_waiters.h) */
+    uint64_t idle_completions;  /* stats.completions when the idle time began */
+    uint64_t idle_since_ns;     /* when looks began to find nothing, 0: not yet */
     unsigned blocked_tick;
     bool ready_sent;
     struct link_views views;    /* open zero-copy views (views.c) */
@@ -112,11 +116,14 @@ int link_recv_byte(tbrt_link *l, uint8_t *b);
  * and would stay together); after that they seem to share the CPU for good
  * (pinned, or one CPU), and each yields it to the other instead of
  * spinning, for LINK_CPU_TURNS, then spins again, in case the scheduler can
- * part them now. tbrt_link_idle. */
+ * part them now. A waiter whose spin found nothing for LINK_YIELD_AFTER
+ * while another tbrt waiter (not its peer) spins on its CPU yields the CPU
+ * at each look instead (cpu_waiters.c: more waiters than CPUs). tbrt_link_idle. */
 #define LINK_SPIN_RDMA 50e-6
 #define LINK_SPIN_AWAKE 2e-3
 #define LINK_CPU_SHARED 20e-3
 #define LINK_CPU_TURNS 100e-3
+#define LINK_YIELD_AFTER 20e-6
 static inline double link_spin(const tbrt_link *l)
 {
     return l->opts.spin >= 0 ? l->opts.spin : l->x.dev ? LINK_SPIN_RDMA : 0;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/cpu_waiters.h"
 #include "engine/link.h"
 #include "util/debug.h"
 #include "util/util.h"
@@ -41,15 +42,31 @@ double tbrt_link_idle(tbrt_link *l)
 {
     if (!l)
         return 0;
-    int where = DEV_PEER_UNKNOWN, cpu = -1;
-    if (l->x.dev && l->x.qp && l->x.dev->ops->qp_peer) {
-        cpu = sched_getcpu();
+    int where = DEV_PEER_UNKNOWN, cpu = l->x.dev ? sched_getcpu() : -1;
+    if (l->x.dev && l->x.qp && l->x.dev->ops->qp_peer)
         where = l->x.dev->ops->qp_peer(l->x.qp, cpu);
-    }
     if (where != DEV_PEER_HERE) {
         l->shared_cpu_since = 0;
         l->shared_moves = 0;
         l->shared_round = 0;
+        /* another waiter on our CPU (not our peer: below) may hold what
+         * our peer waits for (cpu_waiters.c): once our spin found nothing
+         * for LINK_YIELD_AFTER, it gets the CPU (before that, the peer's
+         * next message comes sooner than the CPU would come back); the
+         * table and the clock every 8th look: the table changes once a ms */
+        if (cpu >= 0 && (l->idle_calls++ & 7) == 0) {
+            uint64_t t = now_ns();
+            if (l->idle_completions != l->x.stats.completions || !l->idle_since_ns) {
+                l->idle_completions = l->x.stats.completions;
+                l->idle_since_ns = t;
+            }
+            l->fellow_here = cpu_waiters_others(cpu, (uint32_t)(t / 1000000)) &&
+                             t - l->idle_since_ns > (uint64_t)(LINK_YIELD_AFTER * 1e9);
+        }
+        if (l->fellow_here) {
+            sched_yield();
+            l->x.stats.fellow_yields++;
+        }
     } else {
         double now = now_s();
         if (!l->shared_cpu_since)

@@ -375,6 +375,8 @@ typedef struct tbrt_link_stats {
     uint64_t direct_recvs;   /* the peer's direct sends read to the end */
     uint64_t direct_bytes;   /* of those, bytes read straight into registered
                                 memory (the rest came through a stride) */
+    uint64_t fellow_yields;  /* times a waiter yielded its CPU to another tbrt
+                                waiter (of this user) spinning on the same CPU */
 } tbrt_link_stats;
 
 enum tbrt_link_state {
@@ -523,7 +525,9 @@ double tbrt_link_sleep_max(tbrt_link *l);
 /* For an event loop that waits itself, after a look (progress) that found
  * nothing: pauses as fits where the peer is (when it waits on this CPU, the
  * calling thread moves to another CPU of its affinity mask, which is then
- * restored; where it cannot, the CPU is yielded to the peer) and returns
+ * restored; where it cannot, the CPU is yielded to the peer; when another
+ * tbrt waiter of this user spins on this CPU and the link found nothing for
+ * 20 us, the CPU is yielded, stats fellow_yields) and returns
  * how long (s) since the link's last progress the waiter should keep
  * looking before it arms and sleeps. */
 double tbrt_link_idle(tbrt_link *l);

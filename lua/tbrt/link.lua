@@ -464,6 +464,7 @@ function Link:stats()
     inline_sends = tonumber(s.inline_sends), recv_posted = tonumber(s.recv_posted),
     cpu_moves = tonumber(s.cpu_moves), direct_sends = tonumber(s.direct_sends),
     direct_recvs = tonumber(s.direct_recvs), direct_bytes = tonumber(s.direct_bytes),
+    fellow_yields = tonumber(s.fellow_yields),
   }
 end
 

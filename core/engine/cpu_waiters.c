@@ -1,0 +1,105 @@
+/* cpu_waiters.c - which CPUs this user's tbrt waiters spin on.
+ *
+ * A waiter spins while its peer is awake (link.h: LINK_SPIN_AWAKE): right
+ * when each process has a CPU, wrong when more tbrt processes wait than
+ * there are CPUs (8 ranks of a ring on 2 cores, two test pairs at once on
+ * a CI runner): a spinner then holds the CPU that the process holding the
+ * message needs until the scheduler preempts it, a slice later (measured:
+ * 1 ms a hop in a ring of 4 processes on 2 CPUs). A spinner that knows
+ * another tbrt waiter shares its CPU yields it instead, and the hop costs a
+ * few context switches. Against a process that is not a waiter (a build
+ * beside the test, a busy loop) it keeps spinning: yielding to those gives
+ * them the CPU for their whole slice.
+ *
+ * The table: a file in the user's private directory (0700, files 0600:
+ * no other user can write it), one cache line per CPU of 8 marks, each a
+ * thread id and the ms it last waited there. A thread writes its mark only
+ * when it changes (about once a ms while it waits), and only threads on
+ * that CPU write its line, so a look reads a line that stays in the CPU's
+ * cache. The table is a hint: a mark another process of ours wrote wrong
+ * only makes a waiter yield when it need not, or spin; marks of a process
+ * that died age out. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "engine/cpu_waiters.h"
+#include "util/debug.h"
+#include "util/private_dir.h"
+
+struct cpu_line {
+    _Atomic uint64_t mark[CPU_WAITERS_WAYS];   /* tid << 32 | ms; 0: none */
+};
+_Static_assert(sizeof(struct cpu_line) == 64, "one cache line per CPU");
+
+#define TABLE_BYTES ((size_t)CPU_WAITERS_CPUS * sizeof(struct cpu_line))
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static struct cpu_line *table;          /* NULL: no table, no hint */
+static _Thread_local uint32_t my_tid;   /* 0: not known yet */
+
+/* A forked child's thread is not its parent's: ask again. */
+static void forget_tid(void) { my_tid = 0; }
+
+static void open_table(void)
+{
+    pthread_atfork(NULL, NULL, forget_tid);
+    char dir[256], err[256];
+    int dfd = private_dir_open(dir, sizeof dir, err, sizeof err);
+    if (dfd < 0) {
+        if (DBG_ON(DBG_EVENT))
+            dbg_line(0, "cpu waiters: no table (%s): waiters will not yield to each other", err);
+        return;
+    }
+    bool created;
+    int fd = private_file_open(dfd, dir, CPU_WAITERS_FILE, &created, err, sizeof err);
+    close(dfd);
+    if (fd < 0) {
+        if (DBG_ON(DBG_EVENT))
+            dbg_line(0, "cpu waiters: no table (%s): waiters will not yield to each other", err);
+        return;
+    }
+    /* whoever opens it first sizes it; a size that is neither 0 nor ours
+     * is another version's file: no hint rather than a wrong one */
+    struct stat st;
+    if (fstat(fd, &st) == 0 && (st.st_size == 0 || (size_t)st.st_size == TABLE_BYTES) &&
+        (st.st_size != 0 || ftruncate(fd, (off_t)TABLE_BYTES) == 0)) {
+        void *p = mmap(NULL, TABLE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED)
+            table = p;
+    } else {
+        if (DBG_ON(DBG_EVENT))
+            dbg_line(0, "cpu waiters: %s/%s is not a table of %zu bytes (another version's?): "
+                     "waiters will not yield to each other", dir, CPU_WAITERS_FILE, TABLE_BYTES);
+    }
+    close(fd);
+}
+
+bool cpu_waiters_others(int cpu, uint32_t now_ms)
+{
+    pthread_once(&once, open_table);
+    if (!table || cpu < 0 || cpu >= CPU_WAITERS_CPUS)
+        return false;
+    if (!my_tid)
+        my_tid = (uint32_t)syscall(SYS_gettid);
+    struct cpu_line *line = &table[cpu];
+    bool others = false;
+    for (int i = 0; i < CPU_WAITERS_WAYS; i++) {
+        uint64_t m = atomic_load_explicit(&line->mark[i], memory_order_relaxed);
+        uint32_t tid = (uint32_t)(m >> 32), ms = (uint32_t)m;
+        if (m && tid != my_tid && now_ms - ms < CPU_WAITERS_FRESH_MS)
+            others = true;
+    }
+    /* ours: a way of its own while there are ways enough (two waiters on a
+     * way overwrite each other's mark, and each still sees the other's) */
+    _Atomic uint64_t *mine = &line->mark[my_tid % CPU_WAITERS_WAYS];
+    uint64_t want = (uint64_t)my_tid << 32 | now_ms;
+    if (atomic_load_explicit(mine, memory_order_relaxed) != want)
+        atomic_store_explicit(mine, want, memory_order_relaxed);
+    return others;
+}
