@@ -64,9 +64,14 @@ return function(env)
       for _, row in ipairs(list) do if row[k] then v[#v + 1] = row[k] end end
       m[k] = median(v)
     end
+    if not m.rss_kib then       -- the ring: a hop's latency, no per-link figures
+      io.stderr:write(string.format("# %-34s bw %.3f GB/s, lat %.2f us a hop (%d runs)\n", name,
+        m.bw, m.lat_us or 0, #list))
+      return m
+    end
     io.stderr:write(string.format("# %-34s bw %.3f GB/s, lat %.2f us (worst %.2f), %s KiB and " ..
       "%.2f ms a link (%d runs)\n", name, m.bw, m.lat_us or 0, m.lat_max_us or 0,
-      m.rss_kib and string.format("%.0f", m.rss_kib) or "-", m.setup_ms or 0, #list))
+      string.format("%.0f", m.rss_kib), m.setup_ms or 0, #list))
     return m
   end
 
@@ -204,10 +209,11 @@ unset multiplot
   local function row(label, side, k, a, b, cmp, target)
     return { label, a[k], b[k], "1 link", cmp, target, ratio = paired(side, k, hi) }
   end
-  local ring1 = {}
+  local ring1, hop1 = {}, {}
   for round = 1, runs do
     local a, b = runs_of.ring[round], runs_of.c[1] and runs_of.c[1][round]
     if a and b and b.bw ~= 0 then ring1[#ring1 + 1] = a.bw / b.bw end
+    if a and b and b.lat_us and b.lat_us ~= 0 then hop1[#hop1 + 1] = a.lat_us / b.lat_us end
   end
   return {
     row("scale C: aggregate GB/s, " .. lbl, "c", "bw", cn, c1, nil),
@@ -220,5 +226,9 @@ unset multiplot
     row("scale Lua: setup per link, " .. lbl, "lua", "setup_ms", ln, l1, "<=", 1.5),
     { "ring of 8 processes: GB/s in all (C)", curve.ring and curve.ring.bw, c1.bw,
       "2 procs, 1 link", nil, ratio = median(ring1) },
+    -- 8 processes on this machine's CPUs: a hop waits for the CPU the
+    -- waiters share (cpu_waiters.c), not only for the message
+    { "ring of 8 processes: 8 B latency a hop, us (C)", curve.ring and curve.ring.lat_us,
+      c1.lat_us, "2 procs, 1 link", nil, ratio = median(hop1) },
   }
 end
