@@ -1,7 +1,8 @@
 -- soft_fabric_spec.lua - the soft fabric's registry lives where another
 -- local user cannot plant it: a private directory (0700, ours, not a link)
 -- and a registry file opened without following links, created 0600 with
--- O_EXCL and checked after opening. Each case builds its own directory
+-- O_EXCL and checked after opening; its lock is waited for a bounded time
+-- (a holder stopped while holding it). Each case builds its own directory
 -- (TBRT_SHM_DIR) so the real one is never touched.
 local ffi = require("ffi")
 local verbs = require("tbrt.verbs")
@@ -108,6 +109,62 @@ describe("soft fabric registry", function()
     local dev, err = open_err()
     assert.is_nil(dev)
     assert.matches('EINVAL: .*TBRT_SOFT_FABRIC "../x": a fabric name is', err)
+  end)
+
+  -- another process that holds the registry's lock for `secs` (killing it
+  -- lets it go), once it says "held"
+  local function hold_lock(path, secs)
+    local h = H.spawn(H.tbrt, { H.root .. "/spec/support/hold_lock.lua", path, tostring(secs) })
+    assert(h:expect("held", 10), "the holder never took the lock: " .. h:stderr())
+    return h
+  end
+  local function registry(name)
+    assert(sh("mkdir -p -m 700 " .. dir))
+    local reg = dir .. "/" .. name
+    local f = assert(io.open(reg, "wb")) ; f:close()
+    assert.equal(0, C.chmod(reg, tonumber("600", 8)))
+    return reg
+  end
+
+  it("waits a bounded time for a registry another process keeps locked, naming it", function()
+    local reg = registry(fabric .. "-apple-uc")
+    local h = hold_lock(reg, 30)
+    C.setenv("TBRT_LOCK_TIMEOUT", "0.3", 1)
+    local t0 = H.now()
+    local dev, err = open_err()
+    local took = H.now() - t0
+    C.unsetenv("TBRT_LOCK_TIMEOUT")
+    h:kill()
+    h:wait(5)
+    assert.is_nil(dev)
+    assert.matches("lock " .. reg .. ": another process held it for 0.3 s", err, 1, true)
+    assert.matches("stopped while holding it", err, 1, true)
+    assert.is_true(took < 10, "the open took " .. took .. " s")
+  end)
+
+  it("takes the lock once its holder lets it go within the bound", function()
+    local h = hold_lock(registry(fabric .. "-apple-uc"), 0.3)
+    local dev = assert(verbs.open("soft0", { personality = "apple-uc" }))
+    dev:close()
+    assert.equal(0, h:wait(5).code)
+  end)
+
+  it("a queue pair made while the registry stays locked fails, naming the lock", function()
+    local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+    local pd, cq = assert(dev:pd()), assert(dev:cq(16))
+    local h = hold_lock(dir .. "/" .. fabric .. "-linux-rc", 30)
+    C.setenv("TBRT_LOCK_TIMEOUT", "0.2", 1)
+    local qp, err = pd:qp { type = "RC", send_cq = cq }
+    C.unsetenv("TBRT_LOCK_TIMEOUT")
+    h:kill()
+    h:wait(5)
+    assert.is_nil(qp)
+    assert.matches("fabric registry: lock " .. dir .. "/" .. fabric .. "-linux-rc: another " ..
+      "process held it for 0.2 s", err, 1, true)
+    -- the lock free again, the device goes on
+    qp = assert(pd:qp { type = "RC", send_cq = cq })
+    qp:destroy()
+    cq:destroy() ; pd:free() ; dev:close()
   end)
 
   it("keeps fabrics apart: each name has a registry of its own", function()

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -123,4 +125,34 @@ int private_file_open(int dirfd, const char *dir, const char *name, bool *create
         return rc;
     }
     return fd;
+}
+
+double private_lock_timeout(void)
+{
+    double t = env_double("TBRT_LOCK_TIMEOUT", 5.0);
+    return t > 0 && t < 3600 ? t : 5.0;
+}
+
+int private_file_lock(int fd, int op, const char *what, char *err, size_t errlen)
+{
+    double bound = private_lock_timeout(), deadline = 0;
+    for (unsigned naps = 0;; naps++) {
+        if (flock(fd, op | LOCK_NB) == 0)
+            return 0;
+        if (errno == EINTR)
+            continue;
+        if (errno != EWOULDBLOCK)
+            return err_set(err, errlen, errno, "lock %s: %s", what, strerror(errno));
+        double now = now_s();
+        if (!deadline)
+            deadline = now + bound;
+        else if (now >= deadline)
+            return err_set(err, errlen, ETIMEDOUT, "lock %s: another process held it for %.3g s "
+                           "(TBRT_LOCK_TIMEOUT; they hold it for microseconds: is one stopped "
+                           "while holding it, by SIGSTOP or a debugger? `fuser -v` on the file "
+                           "names them)", what, bound);
+        /* holders keep it for microseconds: short naps first */
+        struct timespec ts = {0, naps < 50 ? 20000 : 1000000};
+        nanosleep(&ts, NULL);
+    }
 }

@@ -61,8 +61,13 @@ static int map_file(struct soft_faults *f, const char *fabric, char *why, size_t
         return err_set(why, len, -fd, "port states: %s", err);
     size_t size = sizeof(struct soft_fault_file);
     struct stat st;
-    flock(fd, LOCK_EX);
-    int rc = 0;
+    char path[sizeof dir + sizeof name + 2];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int rc = private_file_lock(fd, LOCK_EX, path, err, sizeof err);
+    if (rc) {
+        close(fd);
+        return err_set(why, len, -rc, "port states: %s", err);
+    }
     if (fstat(fd, &st) != 0 || ((size_t)st.st_size != size && ftruncate(fd, (off_t)size) != 0))
         rc = err_set(why, len, errno, "port states %s/%s: %s", dir, name, strerror(errno));
     struct soft_fault_file *m = rc ? MAP_FAILED

@@ -597,6 +597,9 @@ int shm_fabric_open(struct soft_wire *w, char *why, size_t len);
 void shm_fabric_close(struct soft_wire *w);
 void *shm_ctx_alloc(struct soft_wire *w, size_t size, uint64_t *off);
 void shm_ctx_release(struct soft_wire *w, uint64_t off, size_t size);
+/* The registry's flock (LOCK_EX or LOCK_SH), bounded (util/private_dir.h):
+ * 0, or -errno with why naming the registry's file. */
+int shm_fabric_lock(struct soft_wire *w, int op, char *why, size_t len);
 int shm_slot_alloc(struct soft_wire *w, uint64_t qp_off, uint32_t qp_type, uint32_t *qpn,
                    char *why, size_t len);
 void shm_slot_free(struct soft_wire *w, uint32_t qpn);

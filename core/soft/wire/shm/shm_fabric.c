@@ -101,10 +101,10 @@ static int fabric_map(struct soft_wire *w, char *why, size_t len)
     close(dfd);
     if (fd < 0)
         return err_set(why, len, -fd, "fabric registry: %s", err);
-    if (flock(fd, LOCK_EX) != 0) {
-        int e = errno;
+    int lrc = private_file_lock(fd, LOCK_EX, path, err, sizeof err);
+    if (lrc) {
         close(fd);
-        return err_set(why, len, e, "lock fabric %s: %s", path, strerror(e));
+        return err_set(why, len, -lrc, "fabric registry: %s", err);
     }
     int rc = 0;
     struct stat st;
@@ -182,9 +182,10 @@ void shm_fabric_close(struct soft_wire *w)
         w->ctx_free = f->next;
         free(f);
     }
-    if (w->fabric_map && w->fabric_fd >= 0) {
-        /* release every slot this context still holds */
-        flock(w->fabric_fd, LOCK_EX);
+    char err[TBRT_WHY_MAX];
+    if (w->fabric_map && w->fabric_fd >= 0 && shm_fabric_lock(w, LOCK_EX, err, sizeof err) == 0) {
+        /* release every slot this context still holds (if the registry
+         * stays locked, they go back once this process is gone) */
         for (int i = 0; i < SHM_SLOTS; i++) {
             struct shm_slot *s = &w->fabric_map->slots[i];
             if (s->qpn && s->ctx_id == w->ctx_id)
@@ -245,11 +246,21 @@ void shm_ctx_release(struct soft_wire *w, uint64_t off, size_t size)
     fallocate(w->ctx_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)size);
 }
 
+int shm_fabric_lock(struct soft_wire *w, int op, char *why, size_t len)
+{
+    char path[sizeof w->shm_dir + sizeof w->fabric + 2], err[TBRT_WHY_MAX];
+    snprintf(path, sizeof path, "%s/%s", w->shm_dir, w->fabric);
+    int rc = private_file_lock(w->fabric_fd, op, path, err, sizeof err);
+    return rc ? err_set(why, len, -rc, "fabric registry: %s", err) : 0;
+}
+
 int shm_slot_alloc(struct soft_wire *w, uint64_t qp_off, uint32_t qp_type, uint32_t *qpn,
                    char *why, size_t len)
 {
     struct shm_registry *h = w->fabric_map;
-    flock(w->fabric_fd, LOCK_EX);
+    int lrc = shm_fabric_lock(w, LOCK_EX, why, len);
+    if (lrc)
+        return lrc;
     int found = -1;
     uint32_t start = h->next_gen % SHM_SLOTS;
     for (uint32_t k = 0; k < SHM_SLOTS; k++) {
@@ -288,7 +299,10 @@ int shm_slot_alloc(struct soft_wire *w, uint64_t qp_off, uint32_t qp_type, uint3
 void shm_slot_free(struct soft_wire *w, uint32_t qpn)
 {
     struct shm_slot *s = &w->fabric_map->slots[qpn & (SHM_SLOTS - 1)];
-    flock(w->fabric_fd, LOCK_EX);
+    char err[TBRT_WHY_MAX];
+    /* a registry locked for good keeps the slot until this process is gone */
+    if (shm_fabric_lock(w, LOCK_EX, err, sizeof err))
+        return;
     if (s->qpn == qpn && s->ctx_id == w->ctx_id)
         memset(s, 0, sizeof *s);
     flock(w->fabric_fd, LOCK_UN);

@@ -218,7 +218,9 @@ int shm_view_lookup(struct soft_wire *w, uint32_t qpn, struct shm_view *v, char 
     if (qpn < 2 || qpn > 0xffffff)
         return -EINVAL;
     struct shm_slot s;
-    flock(w->fabric_fd, LOCK_SH);
+    int lrc = shm_fabric_lock(w, LOCK_SH, why, whylen);
+    if (lrc)
+        return lrc;             /* callers take it as a peer not there yet */
     s = w->fabric_map->slots[qpn & (SHM_SLOTS - 1)];
     flock(w->fabric_fd, LOCK_UN);
     if (s.qpn != qpn)
