@@ -1,5 +1,7 @@
 -- bench.lua - `make bench`: tbrt beside the tools a user would pick instead,
--- in one run, on loopback only. Every figure is the median of several runs.
+-- in one run, on loopback only. Every figure is the median of several runs,
+-- taken in rounds (scripts/bench/rounds.lua): a ratio is the median of the
+-- ratios within each round.
 --
 --   soft (shared memory), C-driven (build/tbrt-bench) and Lua-driven
 --   (scripts/pair.lua): 8 B one-way latency, 64 KiB and 4 MiB streaming
@@ -33,27 +35,6 @@ local function sh(cmd)
   local out = p:read("*a")
   p:close()
   return out
-end
-
-local function median(list)
-  table.sort(list)
-  local n = #list
-  if n == 0 then return nil end
-  if n % 2 == 1 then return list[(n + 1) / 2] end
-  return (list[n / 2] + list[n / 2 + 1]) / 2
-end
-
--- Run fn RUNS times; fn returns a number or nil, why.
-local function measure(name, fn)
-  local vals, why = {}, nil
-  for _ = 1, RUNS do
-    local v, w = fn()
-    if v then vals[#vals + 1] = v else why = w end
-  end
-  local m = median(vals)
-  io.stderr:write(string.format("# %-34s %s\n", name, m and string.format("%.4g (%d runs)", m, #vals)
-    or ("NA: " .. tostring(why))))
-  return m, why
 end
 
 ---------------------------------------------------------------------------
@@ -178,29 +159,40 @@ end
 io.stderr:write(string.format("# tbrt bench: %d runs each, soft personality %s, %d CPUs\n", RUNS,
   PERS, #uv.cpu_info()))
 local r = { load_start = loadavg() }
-r.c_lat = measure("tbrt soft C lat 8 B", c_bench("soft", PERS, "lat", 8, 20000))
-r.c_bw64 = measure("tbrt soft C bw 64 KiB", c_bench("soft", PERS, "bw", 65536, 20000))
-r.c_bw4m = measure("tbrt soft C bw 4 MiB", c_bench("soft", PERS, "bw", 4194304, 300))
-r.c_reg64 = measure("tbrt soft C bw 64 KiB registered", c_bench("soft", PERS, "bw-reg", 65536, 20000))
-r.c_reg4m = measure("tbrt soft C bw 4 MiB registered", c_bench("soft", PERS, "bw-reg", 4194304, 300))
-r.lua_lat = measure("tbrt soft Lua lat 8 B", lua_bench("soft", PERS, "lat", 8, 20000))
-r.lua_bw64 = measure("tbrt soft Lua bw 64 KiB", lua_bench("soft", PERS, "bw", 65536, 20000))
-r.lua_bw4m = measure("tbrt soft Lua bw 4 MiB", lua_bench("soft", PERS, "bw", 4194304, 300))
-r.lua_reg64 = measure("tbrt soft Lua bw 64 KiB registered",
-  lua_bench("soft", PERS, "bw", 65536, 20000, "--register"))
-r.lua_reg4m = measure("tbrt soft Lua bw 4 MiB registered",
-  lua_bench("soft", PERS, "bw", 4194304, 300, "--register"))
-r.tcp_bw64 = measure("tbrt tcp C bw 64 KiB", c_bench("tcp", nil, "bw", 65536, 20000))
-r.tcp_bw4m = measure("tbrt tcp C bw 4 MiB", c_bench("tcp", nil, "bw", 4194304, 300))
-r.apple_lat = measure("tbrt soft apple-uc C lat 8 B", c_bench("soft", "apple-uc", "lat", 8, 20000))
-r.apple_bw4m = measure("tbrt soft apple-uc C bw 4 MiB", c_bench("soft", "apple-uc", "bw", 4194304, 300))
-r.ucx_lat = measure("ucx_perftest sm tag_lat 8 B", ucx("tag_lat", 8, 100000))
-r.ucx_bw64 = measure("ucx_perftest sm tag_bw 64 KiB", ucx("tag_bw", 65536, 20000))
-r.ucx_bw4m = measure("ucx_perftest sm tag_bw 4 MiB", ucx("tag_bw", 4194304, 300))
-r.pt_lat = measure("perftest ib_send_lat 8 B (tbrt exec)", perftest("ib_send_lat", 8, 20000))
-r.pt_bw64 = measure("perftest ib_send_bw 64 KiB (tbrt exec)", perftest("ib_send_bw", 65536, 20000))
-r.qperf_bw64 = measure("qperf tcp_bw 64 KiB", qperf("tcp_bw", 65536))
-r.qperf_bw4m = measure("qperf tcp_bw 4 MiB", qperf("tcp_bw", 4194304))
+-- in rounds: each figure of a group once a round, back to back, so a
+-- figure and its anchor are taken a few seconds apart (scripts/bench/rounds.lua)
+local rounds = dofile(root .. "/scripts/bench/rounds.lua")(r, RUNS)
+rounds.group({
+  { "c_lat", "tbrt soft C lat 8 B", c_bench("soft", PERS, "lat", 8, 20000) },
+  { "lua_lat", "tbrt soft Lua lat 8 B", lua_bench("soft", PERS, "lat", 8, 20000) },
+  { "apple_lat", "tbrt soft apple-uc C lat 8 B", c_bench("soft", "apple-uc", "lat", 8, 20000) },
+  { "pt_lat", "perftest ib_send_lat 8 B (tbrt exec)", perftest("ib_send_lat", 8, 20000) },
+  { "ucx_lat", "ucx_perftest sm tag_lat 8 B", ucx("tag_lat", 8, 100000) },
+})
+rounds.group({
+  { "c_bw64", "tbrt soft C bw 64 KiB", c_bench("soft", PERS, "bw", 65536, 20000) },
+  { "c_reg64", "tbrt soft C bw 64 KiB registered", c_bench("soft", PERS, "bw-reg", 65536, 20000) },
+  { "lua_bw64", "tbrt soft Lua bw 64 KiB", lua_bench("soft", PERS, "bw", 65536, 20000) },
+  { "lua_reg64", "tbrt soft Lua bw 64 KiB registered",
+    lua_bench("soft", PERS, "bw", 65536, 20000, "--register") },
+  { "pt_bw64", "perftest ib_send_bw 64 KiB (tbrt exec)", perftest("ib_send_bw", 65536, 20000) },
+  { "ucx_bw64", "ucx_perftest sm tag_bw 64 KiB", ucx("tag_bw", 65536, 20000) },
+})
+rounds.group({
+  { "c_bw4m", "tbrt soft C bw 4 MiB", c_bench("soft", PERS, "bw", 4194304, 300) },
+  { "c_reg4m", "tbrt soft C bw 4 MiB registered", c_bench("soft", PERS, "bw-reg", 4194304, 300) },
+  { "lua_bw4m", "tbrt soft Lua bw 4 MiB", lua_bench("soft", PERS, "bw", 4194304, 300) },
+  { "lua_reg4m", "tbrt soft Lua bw 4 MiB registered",
+    lua_bench("soft", PERS, "bw", 4194304, 300, "--register") },
+  { "apple_bw4m", "tbrt soft apple-uc C bw 4 MiB", c_bench("soft", "apple-uc", "bw", 4194304, 300) },
+  { "ucx_bw4m", "ucx_perftest sm tag_bw 4 MiB", ucx("tag_bw", 4194304, 300) },
+})
+rounds.group({
+  { "tcp_bw64", "tbrt tcp C bw 64 KiB", c_bench("tcp", nil, "bw", 65536, 20000) },
+  { "qperf_bw64", "qperf tcp_bw 64 KiB", qperf("tcp_bw", 65536) },
+  { "tcp_bw4m", "tbrt tcp C bw 4 MiB", c_bench("tcp", nil, "bw", 4194304, 300) },
+  { "qperf_bw4m", "qperf tcp_bw 4 MiB", qperf("tcp_bw", 4194304) },
+})
 
 -- 8 B latency on a busy machine (a CI runner, a build beside it): two
 -- processes spinning on the two CPUs while tbrt and ucx_perftest measure,
@@ -217,8 +209,10 @@ local function busy_loops(n)
 end
 do
   local stop = busy_loops(2)
-  r.busy_c_lat = measure("tbrt soft C lat 8 B, 2 busy loops", c_bench("soft", PERS, "lat", 8, 5000))
-  r.busy_ucx_lat = measure("ucx_perftest sm tag_lat 8 B, 2 busy loops", ucx("tag_lat", 8, 20000))
+  rounds.group({
+    { "busy_c_lat", "tbrt soft C lat 8 B, 2 busy loops", c_bench("soft", PERS, "lat", 8, 5000) },
+    { "busy_ucx_lat", "ucx_perftest sm tag_lat 8 B, 2 busy loops", ucx("tag_lat", 8, 20000) },
+  })
   stop()
 end
 
@@ -240,8 +234,9 @@ end
 -- links (scripts/bench/figures_*.lua): their figures join r, their rows the table
 local more_rows = {}
 for _, part in ipairs({ "figures_views", "figures_scale", "figures_udp" }) do
-  local rows = dofile(root .. "/scripts/bench/" .. part .. ".lua")({ r = r, measure = measure,
-    sh = sh, build = build, tbrt = tbrt, root = root, pers = PERS, runs = RUNS, qperf = qperf })
+  local rows = dofile(root .. "/scripts/bench/" .. part .. ".lua")({ r = r,
+    sh = sh, build = build, tbrt = tbrt, root = root, pers = PERS, runs = RUNS, qperf = qperf,
+    rounds = rounds })
   for _, row in ipairs(rows) do more_rows[#more_rows + 1] = row end
 end
 r.load_end = loadavg()
@@ -254,28 +249,32 @@ local function check(v, want, cmp)
   return string.format("%s %s %s", ok and "meets" or "misses", cmp, want)
 end
 
+-- a row: label, tbrt's key, the anchor's key, what the anchor is, target
+local function row(label, a, b, is, cmp, target)
+  return { label, r[a], r[b], is, cmp, target, ratio = rounds.paired(a, b) }
+end
 local rows = {
-  { "soft 8 B one-way latency, us (C)", r.c_lat, r.ucx_lat, "ucx sm tag_lat", "<=", 1.0 },
-  { "soft 64 KiB bandwidth, GB/s (C)", r.c_bw64, r.ucx_bw64, "ucx sm tag_bw", ">=", 1.0 },
-  { "soft 4 MiB bandwidth, GB/s (C)", r.c_bw4m, r.ucx_bw4m, "ucx sm tag_bw", ">=", 1.0 },
-  { "soft 8 B one-way latency, us (Lua)", r.lua_lat, r.ucx_lat, "ucx sm tag_lat", "<=", 1.0 },
-  { "soft 64 KiB bandwidth, GB/s (Lua)", r.lua_bw64, r.ucx_bw64, "ucx sm tag_bw", ">=", 1.0 },
-  { "soft 4 MiB bandwidth, GB/s (Lua)", r.lua_bw4m, r.ucx_bw4m, "ucx sm tag_bw", ">=", 1.0 },
-  { "soft 64 KiB bw, registered, GB/s (C)", r.c_reg64, r.ucx_bw64, "ucx sm tag_bw", ">=", 1.0 },
-  { "soft 4 MiB bw, registered, GB/s (C)", r.c_reg4m, r.ucx_bw4m, "ucx sm tag_bw", ">=", 1.0 },
-  { "soft 64 KiB bw, registered, GB/s (Lua)", r.lua_reg64, r.ucx_bw64, "ucx sm tag_bw", ">=", 1.0 },
-  { "soft 4 MiB bw, registered, GB/s (Lua)", r.lua_reg4m, r.ucx_bw4m, "ucx sm tag_bw", ">=", 1.0 },
-  { "Lua / C, 4 MiB registered", r.lua_reg4m, r.c_reg4m, "C-driven", ">=", 0.9 },
-  { "perftest ib_send_lat 8 B, us (tbrt exec)", r.pt_lat, r.ucx_lat, "ucx sm tag_lat", "<=", 1.0 },
-  { "perftest ib_send_bw 64 KiB, GB/s (exec)", r.pt_bw64, r.ucx_bw64, "ucx sm tag_bw", ">=", 1.0 },
-  { "tcp 64 KiB bandwidth, GB/s (C)", r.tcp_bw64, r.qperf_bw64, "qperf tcp_bw", ">=", 0.9 },
-  { "tcp 4 MiB bandwidth, GB/s (C)", r.tcp_bw4m, r.qperf_bw4m, "qperf tcp_bw", ">=", 0.9 },
-  { "Lua / C, 64 KiB bandwidth", r.lua_bw64, r.c_bw64, "C-driven", ">=", 0.9 },
-  { "Lua / C, 4 MiB bandwidth", r.lua_bw4m, r.c_bw4m, "C-driven", nil },
-  { "Lua / C, 8 B latency (lower is better)", r.lua_lat, r.c_lat, "C-driven", nil },
-  { "soft 8 B latency, 2 busy loops, us (C)", r.busy_c_lat, r.busy_ucx_lat, "ucx, same load", "<=", 2.0 },
-  { "apple-uc 8 B latency, us (whole strides)", r.apple_lat, r.ucx_lat, "ucx sm tag_lat", nil },
-  { "apple-uc 4 MiB bandwidth, GB/s", r.apple_bw4m, r.ucx_bw4m, "ucx sm tag_bw", nil },
+  row("soft 8 B one-way latency, us (C)", "c_lat", "ucx_lat", "ucx sm tag_lat", "<=", 1.0),
+  row("soft 64 KiB bandwidth, GB/s (C)", "c_bw64", "ucx_bw64", "ucx sm tag_bw", ">=", 1.0),
+  row("soft 4 MiB bandwidth, GB/s (C)", "c_bw4m", "ucx_bw4m", "ucx sm tag_bw", ">=", 1.0),
+  row("soft 8 B one-way latency, us (Lua)", "lua_lat", "ucx_lat", "ucx sm tag_lat", "<=", 1.0),
+  row("soft 64 KiB bandwidth, GB/s (Lua)", "lua_bw64", "ucx_bw64", "ucx sm tag_bw", ">=", 1.0),
+  row("soft 4 MiB bandwidth, GB/s (Lua)", "lua_bw4m", "ucx_bw4m", "ucx sm tag_bw", ">=", 1.0),
+  row("soft 64 KiB bw, registered, GB/s (C)", "c_reg64", "ucx_bw64", "ucx sm tag_bw", ">=", 1.0),
+  row("soft 4 MiB bw, registered, GB/s (C)", "c_reg4m", "ucx_bw4m", "ucx sm tag_bw", ">=", 1.0),
+  row("soft 64 KiB bw, registered, GB/s (Lua)", "lua_reg64", "ucx_bw64", "ucx sm tag_bw", ">=", 1.0),
+  row("soft 4 MiB bw, registered, GB/s (Lua)", "lua_reg4m", "ucx_bw4m", "ucx sm tag_bw", ">=", 1.0),
+  row("Lua / C, 4 MiB registered", "lua_reg4m", "c_reg4m", "C-driven", ">=", 0.9),
+  row("perftest ib_send_lat 8 B, us (tbrt exec)", "pt_lat", "ucx_lat", "ucx sm tag_lat", "<=", 1.0),
+  row("perftest ib_send_bw 64 KiB, GB/s (exec)", "pt_bw64", "ucx_bw64", "ucx sm tag_bw", ">=", 1.0),
+  row("tcp 64 KiB bandwidth, GB/s (C)", "tcp_bw64", "qperf_bw64", "qperf tcp_bw", ">=", 0.9),
+  row("tcp 4 MiB bandwidth, GB/s (C)", "tcp_bw4m", "qperf_bw4m", "qperf tcp_bw", ">=", 0.9),
+  row("Lua / C, 64 KiB bandwidth", "lua_bw64", "c_bw64", "C-driven", ">=", 0.9),
+  row("Lua / C, 4 MiB bandwidth", "lua_bw4m", "c_bw4m", "C-driven", nil),
+  row("Lua / C, 8 B latency (lower is better)", "lua_lat", "c_lat", "C-driven", nil),
+  row("soft 8 B latency, 2 busy loops, us (C)", "busy_c_lat", "busy_ucx_lat", "ucx, same load", "<=", 2.0),
+  row("apple-uc 8 B latency, us (whole strides)", "apple_lat", "ucx_lat", "ucx sm tag_lat", nil),
+  row("apple-uc 4 MiB bandwidth, GB/s", "apple_bw4m", "ucx_bw4m", "ucx sm tag_bw", nil),
 }
 
 table.insert(rows, { "matrix driver overhead per cell, s (netns)", r.matrix_overhead, 1, "(seconds)", "<=", 0.5 })

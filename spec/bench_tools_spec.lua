@@ -62,4 +62,37 @@ describe("the bench's programs", function()
     assert.equal(2, r.code)
     assert.matches("usage: tbrt%-stream", r.stderr)
   end)
+
+  it("take figures in rounds: medians, ratios paired within a round, runs with no figure left out",
+    function()
+      local r = {}
+      local lines = {}
+      local rounds = dofile(H.root .. "/scripts/bench/rounds.lua")(r, 4,
+        function(line) lines[#lines + 1] = line end)
+      -- the machine halves its speed after two rounds: the paired ratio sees
+      -- 2 every round, the ratio of the medians would not
+      local round = 0
+      local fast = { 10, 10, 5, 5 }
+      local fails = 0
+      rounds.group({
+        { "ours", "ours", function() round = round + 1 return fast[round] * 2 end },
+        { "theirs", "theirs", function() return fast[round] end },
+        { "flaky", "flaky", function()
+          fails = fails + 1
+          if fails % 2 == 0 then return nil, "no figure" end
+          return fails
+        end },
+        { "never", "never", function() return nil, "not installed" end },
+      })
+      assert.equal(15, r.ours)                  -- median of 20 20 10 10
+      assert.equal(7.5, r.theirs)
+      assert.equal(2, rounds.paired("ours", "theirs"))
+      assert.equal(2, r.flaky)                  -- rounds 1 and 3 gave 1 and 3
+      assert.is_nil(r.never)
+      assert.is_nil(rounds.paired("ours", "never"))
+      assert.equal(0.5, rounds.paired("theirs", "ours"))
+      assert.matches("# ours +15 %(4 runs%)", lines[1])
+      assert.matches("# flaky +2 %(2 runs%)", lines[3])
+      assert.matches("# never +NA: not installed", lines[4])
+    end)
 end)

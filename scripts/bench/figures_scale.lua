@@ -25,12 +25,7 @@ return function(env)
   local SIZE, ITERS = 65536, 20000
   local KEYS = { "bw", "lat_us", "lat_max_us", "rss_kib", "setup_ms" }
 
-  local function median(list)
-    table.sort(list)
-    local n = #list
-    if n == 0 then return nil end
-    return n % 2 == 1 and list[(n + 1) / 2] or (list[n / 2] + list[n / 2 + 1]) / 2
-  end
+  local median = env.rounds.median
 
   -- "links=4 setup_ms=1.2 ..." (C) or a JSON object (Lua) -> table
   local function parse(out)
@@ -228,7 +223,7 @@ unset multiplot
       "2 procs, 1 link", nil, ratio = median(ring1) },
     -- 8 processes on this machine's CPUs: a hop waits for the CPU the
     -- waiters share (cpu_waiters.c), not only for the message
-    { "ring of 8 processes: 8 B latency a hop, us (C)", curve.ring and curve.ring.lat_us,
+    { "ring of 8 procs: 8 B latency a hop, us (C)", curve.ring and curve.ring.lat_us,
       c1.lat_us, "2 procs, 1 link", nil, ratio = median(hop1) },
   }
 end

@@ -15,21 +15,14 @@
 -- env as figures_views.lua's. Compared figures are measured in rounds, the
 -- ratio the median of each round's ratio (the machine's load changes).
 return function(env)
-  local r, sh, measure = env.r, env.sh, env.measure
+  local r, sh = env.r, env.sh
   local pid = require("luv").os_getpid()
   local A, B = "tbrtb" .. pid .. "a", "tbrtb" .. pid .. "b"
   local VA, VB = "tbb" .. pid % 100000 .. "a", "tbb" .. pid % 100000 .. "b"
   local ADDR_A, ADDR_B = "198.18.250.1", "198.18.250.2"
   local rounds = math.min(env.runs, 3)
 
-  local function median(list)
-    local t = {}
-    for i, v in ipairs(list) do t[i] = v end
-    table.sort(t)
-    local n = #t
-    if n == 0 then return nil end
-    return n % 2 == 1 and t[(n + 1) / 2] or (t[n / 2] + t[n / 2 + 1]) / 2
-  end
+  local median = env.rounds.median
 
   local function teardown()
     sh("ip netns del " .. A)

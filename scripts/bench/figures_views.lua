@@ -7,28 +7,16 @@
 --   dofile("scripts/bench/figures_views.lua")(env) -> rows
 --
 -- env: r (the figures so far; these join it), sh(cmd), build, tbrt (the
--- program), root, pers (soft personality), runs, qperf(test, size) (the
--- anchor's measuring function). Returns table rows { label, tbrt, anchor,
--- anchor_is, cmp, target, ratio = } for bench.lua.
+-- program), root, pers (soft personality), runs, rounds (rounds.lua, over
+-- r), qperf(test, size) (the anchor's measuring function). Returns table
+-- rows { label, tbrt, anchor, anchor_is, cmp, target, ratio = } for
+-- bench.lua.
 --
--- Figures that are compared are measured in rounds: one round runs each of
--- a group once, back to back, and a ratio is the median over the rounds of
--- the ratio within each round. On a shared machine the load changes from
--- one minute to the next; a ratio of two medians taken minutes apart would
--- compare two different machines.
+-- Figures that are compared are measured in rounds (scripts/bench/rounds.lua).
 return function(env)
   local r, sh = env.r, env.sh
   local stream_c = env.build .. "/tbrt-stream"
   local stream_lua = env.tbrt .. " " .. env.root .. "/scripts/bench/stream.lua"
-
-  local function median(list)
-    local t = {}
-    for i, v in ipairs(list) do t[i] = v end
-    table.sort(t)
-    local n = #t
-    if n == 0 then return nil end
-    return n % 2 == 1 and t[(n + 1) / 2] or (t[n / 2] + t[n / 2 + 1]) / 2
-  end
 
   local function figure(out, name) return tonumber(out:match(name .. " ([%d.]+)")) end
 
@@ -54,37 +42,8 @@ return function(env)
     end
   end
 
-  -- rounds of a group { {key, label, fn}, ... }: r[key] = the median of its
-  -- runs; vals[key][i] = its figure in round i (for paired ratios)
-  local vals = {}
-  local function rounds(group)
-    for _, m in ipairs(group) do vals[m[1]] = {} end
-    local why = {}
-    for i = 1, env.runs do
-      for _, m in ipairs(group) do
-        local v, w = m[3]()
-        vals[m[1]][i] = v or false
-        if not v then why[m[1]] = w end
-      end
-    end
-    for _, m in ipairs(group) do
-      local ok = {}
-      for _, v in ipairs(vals[m[1]]) do if v then ok[#ok + 1] = v end end
-      r[m[1]] = median(ok)
-      io.stderr:write(string.format("# %-34s %s\n", m[2], r[m[1]] and
-        string.format("%.4g (%d runs)", r[m[1]], #ok) or ("NA: " .. tostring(why[m[1]]))))
-    end
-  end
-
-  -- the median of a/b over the rounds where both were measured
-  local function paired(a, b)
-    local q = {}
-    for i = 1, env.runs do
-      local x, y = vals[a] and vals[a][i], vals[b] and vals[b][i]
-      if x and y and y ~= 0 then q[#q + 1] = x / y end
-    end
-    return median(q)
-  end
+  -- measured in rounds, ratios paired within a round (scripts/bench/rounds.lua)
+  local rounds, paired = env.rounds.group, env.rounds.paired
 
   local P = env.pers
   rounds({

@@ -1,0 +1,58 @@
+-- rounds.lua - figures measured in rounds, for `make bench` (scripts/bench.lua
+-- and its parts): one round runs each figure of a group once, back to back;
+-- a figure is the median of its rounds, and the ratio of two figures is the
+-- median over the rounds of their ratio within each round. On a shared
+-- machine (a VM whose host moves its vCPUs) the speed changes from one
+-- minute to the next: a ratio of two medians taken minutes apart would
+-- compare two different machines.
+--
+--   local rounds = dofile("scripts/bench/rounds.lua")(r, runs [, log])
+--       log(line): where each figure's "# label median (n runs)" goes (stderr)
+--   rounds.group({ {key, label, fn}, ... })   fn() -> number, or nil, why
+--       r[key] = the median of its runs (nil when none gave a figure)
+--   rounds.paired(a, b) -> the median of a/b over rounds with both, or nil
+--   rounds.median(list)
+local function median(list)
+  local t = {}
+  for i, v in ipairs(list) do t[i] = v end
+  table.sort(t)
+  local n = #t
+  if n == 0 then return nil end
+  return n % 2 == 1 and t[(n + 1) / 2] or (t[n / 2] + t[n / 2 + 1]) / 2
+end
+
+return function(r, runs, log)
+  log = log or function(line) io.stderr:write(line) end
+  local vals = {}               -- vals[key][round] = figure, or false
+  local self = { median = median, vals = vals }
+
+  function self.group(list)
+    local why = {}
+    for _, m in ipairs(list) do vals[m[1]] = {} end
+    for i = 1, runs do
+      for _, m in ipairs(list) do
+        local v, w = m[3]()
+        vals[m[1]][i] = v or false
+        if not v then why[m[1]] = w end
+      end
+    end
+    for _, m in ipairs(list) do
+      local ok = {}
+      for _, v in ipairs(vals[m[1]]) do if v then ok[#ok + 1] = v end end
+      r[m[1]] = median(ok)
+      log(string.format("# %-34s %s\n", m[2], r[m[1]] and
+        string.format("%.4g (%d runs)", r[m[1]], #ok) or ("NA: " .. tostring(why[m[1]]))))
+    end
+  end
+
+  function self.paired(a, b)
+    local q = {}
+    for i = 1, runs do
+      local x, y = vals[a] and vals[a][i], vals[b] and vals[b][i]
+      if x and y and y ~= 0 then q[#q + 1] = x / y end
+    end
+    return median(q)
+  end
+
+  return self
+end
