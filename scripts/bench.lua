@@ -169,24 +169,24 @@ rounds.group({
   { "pt_lat", "perftest ib_send_lat 8 B (tbrt exec)", perftest("ib_send_lat", 8, 20000) },
   { "ucx_lat", "ucx_perftest sm tag_lat 8 B", ucx("tag_lat", 8, 100000) },
 })
-rounds.group({
-  { "c_bw64", "tbrt soft C bw 64 KiB", c_bench("soft", PERS, "bw", 65536, 20000) },
-  { "c_reg64", "tbrt soft C bw 64 KiB registered", c_bench("soft", PERS, "bw-reg", 65536, 20000) },
-  { "lua_bw64", "tbrt soft Lua bw 64 KiB", lua_bench("soft", PERS, "bw", 65536, 20000) },
-  { "lua_reg64", "tbrt soft Lua bw 64 KiB registered",
-    lua_bench("soft", PERS, "bw", 65536, 20000, "--register") },
-  { "pt_bw64", "perftest ib_send_bw 64 KiB (tbrt exec)", perftest("ib_send_bw", 65536, 20000) },
-  { "ucx_bw64", "ucx_perftest sm tag_bw 64 KiB", ucx("tag_bw", 65536, 20000) },
-})
-rounds.group({
-  { "c_bw4m", "tbrt soft C bw 4 MiB", c_bench("soft", PERS, "bw", 4194304, 300) },
-  { "c_reg4m", "tbrt soft C bw 4 MiB registered", c_bench("soft", PERS, "bw-reg", 4194304, 300) },
-  { "lua_bw4m", "tbrt soft Lua bw 4 MiB", lua_bench("soft", PERS, "bw", 4194304, 300) },
-  { "lua_reg4m", "tbrt soft Lua bw 4 MiB registered",
-    lua_bench("soft", PERS, "bw", 4194304, 300, "--register") },
-  { "apple_bw4m", "tbrt soft apple-uc C bw 4 MiB", c_bench("soft", "apple-uc", "bw", 4194304, 300) },
-  { "ucx_bw4m", "ucx_perftest sm tag_bw 4 MiB", ucx("tag_bw", 4194304, 300) },
-})
+-- streaming at one size: C and Lua, from plain and registered memory, one
+-- more tbrt figure (perftest, apple-uc), and ucx_perftest
+local function stream_group(size, iters, tag, what, extra)
+  rounds.group({
+    { "c_bw" .. tag, "tbrt soft C bw " .. what, c_bench("soft", PERS, "bw", size, iters) },
+    { "c_reg" .. tag, "tbrt soft C bw " .. what .. " registered",
+      c_bench("soft", PERS, "bw-reg", size, iters) },
+    { "lua_bw" .. tag, "tbrt soft Lua bw " .. what, lua_bench("soft", PERS, "bw", size, iters) },
+    { "lua_reg" .. tag, "tbrt soft Lua bw " .. what .. " registered",
+      lua_bench("soft", PERS, "bw", size, iters, "--register") },
+    extra,
+    { "ucx_bw" .. tag, "ucx_perftest sm tag_bw " .. what, ucx("tag_bw", size, iters) },
+  })
+end
+stream_group(65536, 20000, "64", "64 KiB",
+  { "pt_bw64", "perftest ib_send_bw 64 KiB (tbrt exec)", perftest("ib_send_bw", 65536, 20000) })
+stream_group(4194304, 300, "4m", "4 MiB",
+  { "apple_bw4m", "tbrt soft apple-uc C bw 4 MiB", c_bench("soft", "apple-uc", "bw", 4194304, 300) })
 rounds.group({
   { "tcp_bw64", "tbrt tcp C bw 64 KiB", c_bench("tcp", nil, "bw", 65536, 20000) },
   { "qperf_bw64", "qperf tcp_bw 64 KiB", qperf("tcp_bw", 65536) },
@@ -250,9 +250,7 @@ local function check(v, want, cmp)
 end
 
 -- a row: label, tbrt's key, the anchor's key, what the anchor is, target
-local function row(label, a, b, is, cmp, target)
-  return { label, r[a], r[b], is, cmp, target, ratio = rounds.paired(a, b) }
-end
+local row = rounds.row
 local rows = {
   row("soft 8 B one-way latency, us (C)", "c_lat", "ucx_lat", "ucx sm tag_lat", "<=", 1.0),
   row("soft 64 KiB bandwidth, GB/s (C)", "c_bw64", "ucx_bw64", "ucx sm tag_bw", ">=", 1.0),

@@ -14,7 +14,7 @@
 --
 -- Figures that are compared are measured in rounds (scripts/bench/rounds.lua).
 return function(env)
-  local r, sh = env.r, env.sh
+  local sh = env.sh
   local stream_c = env.build .. "/tbrt-stream"
   local stream_lua = env.tbrt .. " " .. env.root .. "/scripts/bench/stream.lua"
 
@@ -43,7 +43,7 @@ return function(env)
   end
 
   -- measured in rounds, ratios paired within a round (scripts/bench/rounds.lua)
-  local rounds, paired = env.rounds.group, env.rounds.paired
+  local rounds = env.rounds.group
 
   local P = env.pers
   rounds({
@@ -71,9 +71,7 @@ return function(env)
     { "tcp_view4m", "tbrt tcp C stream views 4 MiB", stream(stream_c, "tcp", nil, "view", 4194304, 300) },
   })
 
-  local function row(label, a, b, is, cmp, target)
-    return { label, r[a], r[b], is, cmp, target, ratio = paired(a, b) }
-  end
+  local row = env.rounds.row
   return {
     row("views / copies, 64 KiB stream (C)", "c_view64", "c_copy64", "copying path", ">=", 1.2),
     row("views / copies, 4 MiB stream (C)", "c_view4m", "c_copy4m", "copying path", ">=", 1.2),

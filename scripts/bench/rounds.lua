@@ -11,6 +11,8 @@
 --   rounds.group({ {key, label, fn}, ... })   fn() -> number, or nil, why
 --       r[key] = the median of its runs (nil when none gave a figure)
 --   rounds.paired(a, b) -> the median of a/b over rounds with both, or nil
+--   rounds.row(label, a, b, anchor_is, cmp, target) -> a row of bench.lua's
+--       table: figures a (tbrt's) and b (the anchor's), their paired ratio
 --   rounds.median(list)
 local function median(list)
   local t = {}
@@ -52,6 +54,10 @@ return function(r, runs, log)
       if x and y and y ~= 0 then q[#q + 1] = x / y end
     end
     return median(q)
+  end
+
+  function self.row(label, a, b, is, cmp, target)
+    return { label, r[a], r[b], is, cmp, target, ratio = self.paired(a, b) }
   end
 
   return self
