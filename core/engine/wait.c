@@ -53,15 +53,19 @@ double tbrt_link_idle(tbrt_link *l)
          * our peer waits for (cpu_waiters.c): once our spin found nothing
          * for LINK_YIELD_AFTER, it gets the CPU (before that, the peer's
          * next message comes sooner than the CPU would come back); the
-         * table and the clock every 8th look: the table changes once a ms */
-        if (cpu >= 0 && (l->idle_calls++ & 7) == 0) {
+         * table and the clock every 16th look: the table changes once a ms.
+         * A completion since the last look starts the count afresh. */
+        if (l->idle_completions != l->x.stats.completions) {
+            l->idle_completions = l->x.stats.completions;
+            l->idle_since_ns = 0;
+            l->fellow_here = false;
+        }
+        if (cpu >= 0 && (l->idle_calls++ & 15) == 0) {
             uint64_t t = now_ns();
-            if (l->idle_completions != l->x.stats.completions || !l->idle_since_ns) {
-                l->idle_completions = l->x.stats.completions;
+            if (!l->idle_since_ns)
                 l->idle_since_ns = t;
-            }
-            l->fellow_here = cpu_waiters_others(cpu, (uint32_t)(t / 1000000)) &&
-                             t - l->idle_since_ns > (uint64_t)(LINK_YIELD_AFTER * 1e9);
+            bool others = cpu_waiters_others(cpu, (uint32_t)(t / 1000000));
+            l->fellow_here = others && t - l->idle_since_ns > (uint64_t)(LINK_YIELD_AFTER * 1e9);
         }
         if (l->fellow_here) {
             sched_yield();
