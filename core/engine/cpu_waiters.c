@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/cpu_waiters.h"
@@ -81,6 +82,13 @@ static void open_table(void)
                      "waiters will not yield to each other", dir, CPU_WAITERS_FILE, TABLE_BYTES);
     }
     close(fd);
+}
+
+uint32_t cpu_waiters_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint32_t)((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
 }
 
 bool cpu_waiters_others(int cpu, uint32_t now_ms)

@@ -15,8 +15,12 @@
 #define CPU_WAITERS_CPUS 1024
 #define CPU_WAITERS_WAYS 8      /* marks in one CPU's cache line */
 
-/* Mark the calling thread as waiting on `cpu` at `now_ms` (a monotonic
- * clock in ms), and say whether another thread (of any of this user's
+/* The marks' clock: ms of CLOCK_MONOTONIC_COARSE (a few ns to read; its
+ * ticks of a few ms are fine against CPU_WAITERS_FRESH_MS). */
+uint32_t cpu_waiters_now_ms(void);
+
+/* Mark the calling thread as waiting on `cpu` at `now_ms`
+ * (cpu_waiters_now_ms), and say whether another thread (of any of this user's
  * processes) marked itself waiting on the same CPU within
  * CPU_WAITERS_FRESH_MS. False when there is no table (the private directory
  * could not be used: the hint is off, nothing fails). */

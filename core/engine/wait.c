@@ -52,20 +52,24 @@ double tbrt_link_idle(tbrt_link *l)
         /* another waiter on our CPU (not our peer: below) may hold what
          * our peer waits for (cpu_waiters.c): once our spin found nothing
          * for LINK_YIELD_AFTER, it gets the CPU (before that, the peer's
-         * next message comes sooner than the CPU would come back); the
-         * table and the clock every 16th look: the table changes once a ms.
-         * A completion since the last look starts the count afresh. */
+         * next message comes sooner than the CPU would come back). The
+         * table every 16th look: it changes once a ms. A completion since
+         * the last look starts the count afresh. */
         if (l->idle_completions != l->x.stats.completions) {
             l->idle_completions = l->x.stats.completions;
             l->idle_since_ns = 0;
             l->fellow_here = false;
         }
         if (cpu >= 0 && (l->idle_calls++ & 15) == 0) {
-            uint64_t t = now_ns();
-            if (!l->idle_since_ns)
-                l->idle_since_ns = t;
-            bool others = cpu_waiters_others(cpu, (uint32_t)(t / 1000000));
-            l->fellow_here = others && t - l->idle_since_ns > (uint64_t)(LINK_YIELD_AFTER * 1e9);
+            /* the table with the coarse clock (ms marks), the precise one
+             * only when there is a fellow: a waiter alone pays no more */
+            l->fellow_here = false;
+            if (cpu_waiters_others(cpu, cpu_waiters_now_ms())) {
+                uint64_t t = now_ns();
+                if (!l->idle_since_ns)
+                    l->idle_since_ns = t;
+                l->fellow_here = t - l->idle_since_ns > (uint64_t)(LINK_YIELD_AFTER * 1e9);
+            }
         }
         if (l->fellow_here) {
             sched_yield();
