@@ -135,6 +135,8 @@ double private_lock_timeout(void)
 
 int private_file_lock(int fd, int op, const char *what, char *err, size_t errlen)
 {
+    if (flock(fd, op | LOCK_NB) == 0)
+        return 0;               /* the usual case: free, one syscall as before */
     double bound = private_lock_timeout(), deadline = 0;
     for (unsigned naps = 0;; naps++) {
         if (flock(fd, op | LOCK_NB) == 0)

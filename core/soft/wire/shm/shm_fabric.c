@@ -248,6 +248,8 @@ void shm_ctx_release(struct soft_wire *w, uint64_t off, size_t size)
 
 int shm_fabric_lock(struct soft_wire *w, int op, char *why, size_t len)
 {
+    if (flock(w->fabric_fd, op | LOCK_NB) == 0)
+        return 0;               /* free: no name to make (UD looks it up at every send) */
     char path[sizeof w->shm_dir + sizeof w->fabric + 2], err[TBRT_WHY_MAX];
     snprintf(path, sizeof path, "%s/%s", w->shm_dir, w->fabric);
     int rc = private_file_lock(w->fabric_fd, op, path, err, sizeof err);
