@@ -175,4 +175,69 @@ describe("soft linux-rc", function()
     assert.equal("\127\0\0\1\127\0\0\1", ffi.string(buf + 1044 + 12, 8))
     a:destroy(); b:destroy(); mr:dereg(); cq:destroy(); pd:free(); dev:close()
   end)
+
+  -- a UD QP keeps the view of its last target (a lookup takes the fabric's
+  -- lock and asks whether its process lives): each datagram must still go to
+  -- the QP its send names, and none to a QP destroyed since
+  it("sends each UD datagram to the QP it names, alternating targets, none to a destroyed one",
+    function()
+      local dev = assert(verbs.open("soft0", { personality = "linux-rc" }))
+      local pd, scq, rcq = dev:pd(), dev:cq(64), dev:cq(64)
+      local function ud()
+        local q = assert(pd:qp{ type = "UD", send_cq = scq, recv_cq = rcq })
+        assert(q:modify{ state = "INIT", port = 1, pkey_index = 0, qkey = 0x11 })
+        assert(q:modify{ state = "RTR" })
+        assert(q:modify{ state = "RTS", sq_psn = 0 })
+        return q
+      end
+      local a, b, c = ud(), ud(), ud()
+      local buf = ffi.new("uint8_t[65536]")
+      local mr = assert(pd:reg(buf, 65536))
+      local ah = assert(dev:ah{ pd = pd, dgid = V.LOOPBACK, sgid_index = V.loopback_gid(dev, 1) })
+      local next_rx = 0
+      local function post_rx(q, n)
+        for _ = 1, n do
+          next_rx = next_rx + 1
+          assert(q:post_recv{ mr = mr, offset = 8192 + next_rx * 128, len = 128, wr_id = next_rx })
+        end
+      end
+      post_rx(b, 4) ; post_rx(c, 4)
+      -- one datagram: its text at offset 64*i of the buffer, sent to q
+      local sent = 0
+      local function send(q, text)
+        sent = sent + 1
+        ffi.copy(buf + 64 * sent, text)
+        assert(a:post_send{ mr = mr, offset = 64 * sent, len = #text, ah = ah, remote_qpn = q.num,
+          remote_qkey = 0x11, wr_id = sent })
+        local s = assert(scq:wait(1, 3))
+        assert.equal("IBV_WC_SUCCESS", s[1].status)
+      end
+      local function got(q, text)
+        local w = assert(rcq:wait(1, 3))[1]
+        assert.is_not_nil(w, "no datagram arrived for " .. text)
+        assert.equal(q.num, w.qp_num)
+        assert.equal(a.num, w.src_qp)
+        assert.equal(text, ffi.string(buf + 8192 + w.wr_id * 128 + 40, #text))
+      end
+      for i = 1, 3 do
+        send(b, "to b " .. i) ; got(b, "to b " .. i)
+        send(c, "to c " .. i) ; got(c, "to c " .. i)
+      end
+      local cnum = c.num
+      assert(c:destroy())
+      -- a new QP, likely in the memory c's block was in, ready to receive
+      local d = ud()
+      post_rx(d, 2)
+      -- the old target is gone: the datagram is lost (UD: the send
+      -- succeeds), and does not land in the QP made since
+      assert(a:post_send{ mr = mr, len = 8, ah = ah, remote_qpn = cnum, remote_qkey = 0x11,
+        wr_id = 99 })
+      assert.equal("IBV_WC_SUCCESS", assert(scq:wait(1, 3))[1].status)
+      assert.same({}, rcq:poll(4))
+      send(b, "b again") ; got(b, "b again")
+      send(d, "to d") ; got(d, "to d")
+      assert.same({}, rcq:poll(4))
+      a:destroy(); b:destroy(); d:destroy(); mr:dereg(); scq:destroy(); rcq:destroy(); pd:free()
+      dev:close()
+    end)
 end)

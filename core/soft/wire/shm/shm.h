@@ -575,6 +575,11 @@ struct soft_wire_qp {
     uint64_t peer_checked_ns;
     uint64_t lock_checked_ns;   /* last look for a dead holder of our SQ lock */
     unsigned alive_tick;        /* look at the clock every 64th send */
+    /* UD: the last send's target, kept while its block names it (a lookup
+     * is three syscalls: the registry's lock twice, the process alive) */
+    struct shm_view ud_dest;
+    uint64_t ud_checked_ns;
+    unsigned ud_tick;
     struct soft_path_memo path; /* its ports last found up (shm_deliver.c: path_up) */
     uint32_t copy_gen;          /* the last shared copy's job we published (shm_copy.c) */
     struct shm_copy_pend pend;  /* and the last one it left to its helper */

@@ -518,6 +518,28 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
     return SHM_DONE;
 }
 
+/* UD: the view of the target `qpn`: the last send's while its block still
+ * names it and (looked at every 64th send, once a ms at most) its process
+ * lives, else a fresh lookup. 0, or the lookup's error. */
+static int ud_target(struct shm_exec *e, struct soft_wire_qp *q, uint32_t qpn)
+{
+    struct shm_view *v = &q->ud_dest;
+    if (v->peer && v->qpn == qpn && v->sh->qpn == qpn) {
+        if ((++q->ud_tick & 63) != 0 || shm_exec_now(e) - q->ud_checked_ns < PEER_CHECK_NS)
+            return 0;
+        q->ud_checked_ns = shm_exec_now(e);
+        if (shm_peer_alive(v->peer))
+            return 0;
+    }
+    v->peer = NULL;
+    int rc = shm_view_lookup(e->w, qpn, v, e->why, sizeof e->why);
+    if (rc)
+        v->peer = NULL;
+    else
+        q->ud_checked_ns = shm_exec_now(e);
+    return rc;
+}
+
 /* UD: unreliable datagrams, one MTU at most, a 40-byte GRH in front. Run by
  * the owner only (the target is a different QP per send). */
 int shm_deliver_ud(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
@@ -536,8 +558,7 @@ int shm_deliver_ud(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
         return SHM_DONE;        /* lost on the way */
     if (!(w->flags & SOFT_SEND_DGID_LOCAL))
         return SHM_DONE;            /* not reachable over this wire: lost */
-    struct shm_view v;
-    int lrc = shm_view_lookup(sw, w->remote_qpn, &v, e->why, sizeof e->why);
+    int lrc = ud_target(e, q, w->remote_qpn);
     if (lrc == -EBADMSG) {
         /* one bad target does not break a datagram QP: this send fails */
         shm_corrupt(sw, "QP 0x%x: %s", q->qpn, e->why);
@@ -547,13 +568,14 @@ int shm_deliver_ud(struct shm_exec *e, struct shm_swr *slot, struct shm_swr *w)
     }
     if (lrc)
         return SHM_DONE;
-    uint32_t st = atomic_load(&v.sh->state);
-    if (v.qp_type != IBV_QPT_UD || (st != IBV_QPS_RTR && st != IBV_QPS_RTS))
+    struct shm_view *v = &q->ud_dest;
+    uint32_t st = atomic_load(&v->sh->state);
+    if (v->qp_type != IBV_QPT_UD || (st != IBV_QPS_RTR && st != IBV_QPS_RTS))
         return SHM_DONE;
     uint32_t qkey = (w->remote_qkey & 0x80000000u) ? q->a.qkey : w->remote_qkey;
-    if (qkey != v.sh->qkey)
+    if (qkey != v->sh->qkey)
         return SHM_DONE;            /* qkey violation: dropped, as on the wire */
-    e->tv = &v;
+    e->tv = v;
     struct shm_rqe r;
     uint64_t c;
     bool none;
