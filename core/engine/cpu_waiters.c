@@ -100,15 +100,23 @@ bool cpu_waiters_others(int cpu, uint32_t now_ms)
         my_tid = (uint32_t)syscall(SYS_gettid);
     struct cpu_line *line = &table[cpu];
     bool others = false;
+    int own = -1, free_way = -1;
     for (int i = 0; i < CPU_WAITERS_WAYS; i++) {
         uint64_t m = atomic_load_explicit(&line->mark[i], memory_order_relaxed);
         uint32_t tid = (uint32_t)(m >> 32), ms = (uint32_t)m;
-        if (m && tid != my_tid && now_ms - ms < CPU_WAITERS_FRESH_MS)
+        bool fresh = m && now_ms - ms < CPU_WAITERS_FRESH_MS;
+        if (tid == my_tid)
+            own = i;
+        else if (fresh)
             others = true;
+        else if (free_way < 0)
+            free_way = i;
     }
-    /* ours: a way of its own while there are ways enough (two waiters on a
-     * way overwrite each other's mark, and each still sees the other's) */
-    _Atomic uint64_t *mine = &line->mark[my_tid % CPU_WAITERS_WAYS];
+    /* ours: the way we had, else one no fresh mark holds (two waiters on
+     * one way would overwrite each other's mark, and one that looks twice
+     * while the other does not would find only its own), else a shared one */
+    int way = own >= 0 ? own : free_way >= 0 ? free_way : (int)(my_tid % CPU_WAITERS_WAYS);
+    _Atomic uint64_t *mine = &line->mark[way];
     uint64_t want = (uint64_t)my_tid << 32 | now_ms;
     if (atomic_load_explicit(mine, memory_order_relaxed) != want)
         atomic_store_explicit(mine, want, memory_order_relaxed);
