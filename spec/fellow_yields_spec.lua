@@ -1,5 +1,5 @@
 -- Waiters that share a CPU with another tbrt waiter yield it once their
--- spin finds nothing (core/engine/cpu_waiters.c): a ring of 4 processes,
+-- spin finds nothing (core/engine/cpu_waiters.c): a ring of 4 spinning processes,
 -- two pinned to each of two CPUs, each waiting on a peer on the other CPU.
 -- Every member counts its yields (stats().fellow_yields); a member alone on
 -- its CPU yields nothing; a table that is not ours to trust (another size)
@@ -31,7 +31,10 @@ local function cpus_allowed()
 end
 
 -- n members, member i pinned to cpus[i % #cpus + 1]; before = called with
--- the directory before they start. Returns the members' last lines.
+-- the directory before they start. Returns the members' last lines. The
+-- members' waiters look for 5 s before they sleep (the spin option): a
+-- waiter that sleeps holds no CPU and yields nothing, and whether one
+-- sleeps depends on how fast this build runs (the sanitizer's slept).
 local function ring(n, rounds, cpus, before)
   local dir = H.tmpdir()
   if before then before(dir) end
@@ -41,7 +44,7 @@ local function ring(n, rounds, cpus, before)
     for i = 0, n - 1 do
       ts[#ts + 1] = function()
         return H.run(H.tbrt, { MEMBER, tostring(i), tostring(n), tostring(rounds),
-          tostring(cpus[i % #cpus + 1]), dir }, { env = env, timeout = 90 })
+          tostring(cpus[i % #cpus + 1]), dir, "5" }, { env = env, timeout = 90 })
       end
     end
     return assert(task.all(ts, 120))

@@ -1,6 +1,7 @@
 -- ring_member.lua - one process of a ring of soft links (fellow_yields_spec):
 -- member I of N, pinned to CPU, passes a token ROUNDS times around.
---   tbrt spec/support/ring_member.lua I N ROUNDS CPU DIR
+--   tbrt spec/support/ring_member.lua I N ROUNDS CPU DIR [SPIN]
+-- SPIN: the links' spin option (s): how long a waiter looks before it sleeps.
 -- It listens on a port it writes to DIR/port.I, links to the next member
 -- (port read from DIR/port.<I+1 mod N>) and takes the link from the one
 -- before. Member 0 starts the token (8 bytes: a counter), every member adds
@@ -39,7 +40,8 @@ local function read_port(i, timeout)
   error("member " .. i .. " wrote no port within " .. timeout .. " s")
 end
 
-local opts = { device = "soft", personality = "linux-rc", timeout = 20, fallback = false }
+local opts = { device = "soft", personality = "linux-rc", timeout = 20, fallback = false,
+  spin = tonumber(arg[6]) }
 local out
 tbrt.run(function()
   local srv = assert(tbrt.listen("127.0.0.1", 0, opts))
