@@ -22,8 +22,6 @@
  * 25-33). The table is a hint: a mark another process of ours wrote wrong
  * only makes a waiter yield when it need not, or spin; marks of a process
  * that died age out. */
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/mman.h>

@@ -127,7 +127,8 @@ int private_file_open(int dirfd, const char *dir, const char *name, bool *create
     return fd;
 }
 
-double private_lock_timeout(void)
+/* The lock's bound: $TBRT_LOCK_TIMEOUT seconds, 5 by default. */
+static double lock_timeout(void)
 {
     double t = env_double("TBRT_LOCK_TIMEOUT", 5.0);
     return t > 0 && t < 3600 ? t : 5.0;
@@ -137,7 +138,7 @@ int private_file_lock(int fd, int op, const char *what, char *err, size_t errlen
 {
     if (flock(fd, op | LOCK_NB) == 0)
         return 0;               /* the usual case: free, one syscall as before */
-    double bound = private_lock_timeout(), deadline = 0;
+    double bound = lock_timeout(), deadline = 0;
     for (unsigned naps = 0;; naps++) {
         if (flock(fd, op | LOCK_NB) == 0)
             return 0;

@@ -19,14 +19,13 @@ int private_dir_open(char *path, size_t pathlen, char *err, size_t errlen);
 int private_file_open(int dirfd, const char *dir, const char *name, bool *created, char *err,
                       size_t errlen);
 
-/* Take flock(op) (LOCK_EX or LOCK_SH) on fd within private_lock_timeout():
+/* Take flock(op) (LOCK_EX or LOCK_SH) on fd within $TBRT_LOCK_TIMEOUT
+ * seconds (5 by default):
  * 0, -ETIMEDOUT when other processes held it all that time, or -errno. The
  * processes of this user hold these locks for microseconds; one stopped
  * while holding it (SIGSTOP, a debugger's breakpoint) would otherwise make
  * every other wait for it for good. When what is the file's name for
  * messages, err says what happened. */
 int private_file_lock(int fd, int op, const char *what, char *err, size_t errlen);
-/* The bound: $TBRT_LOCK_TIMEOUT seconds, 5 by default. */
-double private_lock_timeout(void);
 
 #endif
