@@ -12,6 +12,7 @@
 #define TBRT_DEV_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include "tbrt.h"
 
 struct tbrt_dev_ops;
@@ -22,6 +23,10 @@ struct tbrt_dev {
     char kind[16];
     char personality[16];
     int flavor;                  /* enum tbrt_flavor */
+    /* an RDMA WRITE's bytes land in address order, its last 8-byte word
+     * last (as a NIC's posted PCIe writes do): a reader that polls the end
+     * of written data may trust the rest (engine/transport/eager.c) */
+    bool ordered_writes;
     char why[TBRT_WHY_MAX];
 };
 

@@ -259,6 +259,7 @@ static int soft_open(const char *name, const tbrt_dev_opts *opts, tbrt_dev **out
     if (!sd)
         return err_set(err, errlen, ENOMEM, "%s: out of memory", name);
     dev_init(&sd->dev, &tbrt_soft_ops, name, p->name, p->flavor);
+    sd->dev.ordered_writes = true;  /* both wires place a WRITE with placed_copy */
     sd->p = p;
     sd->index = index;
     char nbuf[TBRT_WHY_MAX];

@@ -35,6 +35,27 @@ static inline void *bulk_copy(void *dst, const void *src, size_t n)
     return memcpy(dst, src, n);
 }
 
+/* A copy whose last 8 bytes become visible after all the others: how a
+ * device places an RDMA WRITE (tbrt_dev.ordered_writes). memcpy stores in
+ * no promised order: glibc's 65-128 byte copy stores its last 32 bytes
+ * before the 32 ahead of them. n >= 8, dst + n 8-byte aligned for a reader
+ * that loads that word atomically. */
+static inline void placed_copy(void *dst, const void *src, size_t n)
+{
+    if (n < 8) {
+        memcpy(dst, src, n);
+        return;
+    }
+    bulk_copy(dst, src, n - 8);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    uint64_t last;
+    memcpy(&last, (const char *)src + n - 8, 8);
+    if (((uintptr_t)dst + n) % 8 == 0)
+        __atomic_store_n((uint64_t *)(void *)((char *)dst + n - 8), last, __ATOMIC_RELEASE);
+    else
+        memcpy((char *)dst + n - 8, &last, 8);
+}
+
 /* The same where the two may overlap (memmove's contract). */
 static inline void *bulk_move(void *dst, const void *src, size_t n)
 {

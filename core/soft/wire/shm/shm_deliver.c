@@ -439,8 +439,8 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
             uint64_t n = inl ? w->total : w->sge[i].length;
             if (op == IBV_WR_RDMA_READ)
                 bulk_copy(src[i], (char *)remote + off, n);
-            else
-                bulk_copy((char *)remote + off, src[i], n);
+            else        /* its last word last, as a NIC's DMA (tbrt_dev.ordered_writes) */
+                placed_copy((char *)remote + off, src[i], n);
             off += n;
         }
         if (op != IBV_WR_RDMA_WRITE_WITH_IMM)

@@ -201,7 +201,9 @@ static void write_pkt(struct soft_wire_qp *q, const struct udp_pkt *p, unsigned 
                 nak_fatal(q, p->psn, UDP_AETH_NAK_ACCESS);
             return;
         }
-        bulk_copy((void *)(uintptr_t)q->wr_va, p->payload, p->paylen);
+        /* in address order, its last word last (tbrt_dev.ordered_writes):
+         * packets come in PSN order, so the message's last word is too */
+        placed_copy((void *)(uintptr_t)q->wr_va, p->payload, p->paylen);
     }
     q->wr_va += p->paylen;
     q->wr_left -= p->paylen;
