@@ -171,7 +171,7 @@ describe("links", function()
 
   it("raise on misuse and return errors for failures", L.async(function()
     assert.has_error(function() tbrt.listen("127.0.0.1", 0, { devcie = "soft" }) end,
-      "unknown link option \"devcie\" (valid: connect_timeout, device, exchange, fallback, faults, framing, gid_index, liveness, nbuf, pcap, pci, personality, port, ports, qp_type, spin, stall, stride, timeout, trace, wire)")
+      "unknown link option \"devcie\" (valid: connect_timeout, device, eager, exchange, fallback, faults, framing, gid_index, liveness, nbuf, pcap, pci, personality, port, ports, qp_type, spin, stall, stride, timeout, trace, wire)")
     assert.has_error(function() tbrt.listen("127.0.0.1", 0, { nbuf = "16" }) end,
       "link option nbuf must be a number, got string")
     assert.has_error(function() tbrt.listen("127.0.0.1", 0, { framing = "elastic" }) end)

@@ -338,6 +338,8 @@ int tbrt_link_activate(tbrt_link *l, const uint8_t *peer_caps, size_t len)
         if (rc)
             return rc;
         l->state = TBRT_LINK_READY;
+        if (l->t->ready && (rc = (int)link_took(l, l->t->ready(&l->x))) != 0)
+            return rc;
         return 0;
     }
     /* every device, success or not, so a one-sided failure fails both sides */
@@ -376,6 +378,10 @@ int tbrt_link_ready(tbrt_link *l)
     if (b != TBRT_READY_BYTE)
         return link_fail(l, EPROTO, "readiness: byte 0x%02x, expected 0x2A", b);
     l->state = TBRT_LINK_READY;
+    /* the peer's queue pair is up: what the transport sends first (rdma:
+     * its eager offer) may go now */
+    if (l->t->ready && (rc = (int)link_took(l, l->t->ready(&l->x))) != 0)
+        return rc;
     if (DBG_ON(DBG_EVENT)) {
         if (l->x.dev)
             dbg_line(l->id, "ready: %s qpn %u <-> peer qpn %u, %s, %s framing, %u x %u-byte "
@@ -484,8 +490,10 @@ intptr_t tbrt_link_recv(tbrt_link *l, void *buf, size_t len)
 {
     if (!l || (!buf && len))
         return -EINVAL;
-    if (l->state == TBRT_LINK_BROKEN && l->x.peer_dead && l->t && l->t->readable(&l->x) && len)
-        /* what arrived before the peer died */
+    if (l->state == TBRT_LINK_BROKEN && l->t && l->t->readable(&l->x) && len)
+        /* what arrived before the failure (the peer died, a bad frame came)
+         * is read first, however the failure was found: by this call's own
+         * progress or by a wait's */
         return recv_done(l, link_took(l, l->t->recv(&l->x, buf, len)), len);
     int rc = link_usable(l, "recv");
     if (rc || (rc = views_busy_recv(l, "recv")) != 0)
@@ -658,9 +666,12 @@ const char *tbrt_link_teardown(tbrt_link *l) { return l ? l->x.teardown_log : ""
 
 int tbrt_link_inject(tbrt_link *l, int what)
 {
-    if (!l || what < 1 || what > LINK_INJECT_STRAY_DONE || !l->x.dev)
+    if (!l || what < 1 || what > LINK_INJECT_EAGER_CREDIT || !l->x.dev)
         return -EINVAL;
-    if (what > LINK_INJECT_FALLBACK_SETUP) {
+    if (what >= LINK_INJECT_EAGER_LEN) {
+        if (!l->x.eager.out_slots || l->state != TBRT_LINK_READY)
+            return -EINVAL;     /* this link writes no eager frames */
+    } else if (what > LINK_INJECT_FALLBACK_SETUP) {
         if (!l->x.direct_ok || l->state != TBRT_LINK_READY)
             return -EINVAL;     /* no direct transfers on this link */
         if (what == LINK_INJECT_STRAY_DONE)

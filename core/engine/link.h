@@ -22,6 +22,10 @@
 #define LINK_INJECT_OFFER_WRAP 8
 #define LINK_INJECT_OFFER_TWICE 9
 #define LINK_INJECT_STRAY_DONE 10
+/* and the eager frames' (eager.c): the next eager frame claims more bytes
+ * than a slot holds, or says we consumed frames the peer never wrote */
+#define LINK_INJECT_EAGER_LEN 11
+#define LINK_INJECT_EAGER_CREDIT 12
 /* The event and link info text when the peer's caps are all zero. */
 #define LINK_PEER_NO_RDMA "peer has no RDMA: staying on TCP"
 

@@ -32,10 +32,11 @@ extern "C" {
 
 /* Bumped on any incompatible change of this header. The bindings also check
  * tbrt_header_hash() against the hash recorded in the generated cdef. */
-enum { TBRT_ABI_VERSION = 5 };  /* 2: link stats inline_sends; 3: link opts stall,
+enum { TBRT_ABI_VERSION = 6 };  /* 2: link stats inline_sends; 3: link opts stall,
                                    no_fallback, link info fallback; 4: SRQs, events,
                                    user pointers, iova, completion timestamps;
-                                   5: registered memory, direct link stats */
+                                   5: registered memory, direct link stats;
+                                   6: link opts no_eager, eager link stats */
 
 int tbrt_abi_version(void);
 const char *tbrt_version(void);
@@ -351,6 +352,10 @@ typedef struct tbrt_link_opts {
     const char *wire;        /* soft devices: "auto" | "shm" | "udp"; NULL: $TBRT_SOFT_WIRE */
     const char *faults;      /* soft devices: fault sets; NULL: $TBRT_FAULTS */
     const char *pcap;        /* soft devices, UDP wire: capture file; NULL: $TBRT_PCAP */
+    int no_eager;            /* 1: every frame a SEND, no eager frames (small frames
+                                RDMA-written into the peer's slots where both ends'
+                                devices place writes in order; README); also
+                                $TBRT_EAGER=0 */
 } tbrt_link_opts;
 
 typedef struct tbrt_link tbrt_link;
@@ -377,6 +382,11 @@ typedef struct tbrt_link_stats {
                                 memory (the rest came through a stride) */
     uint64_t fellow_yields;  /* times a waiter yielded its CPU to another tbrt
                                 waiter (of this user) spinning on the same CPU */
+    uint64_t eager_sends;    /* small frames RDMA-written into the peer's eager
+                                slots instead of sent (README: eager frames) */
+    uint64_t eager_recvs;    /* frames taken from our eager slots */
+    uint64_t eager_wakes;    /* empty SENDs that woke a peer asleep while its
+                                eager slots filled */
 } tbrt_link_stats;
 
 enum tbrt_link_state {

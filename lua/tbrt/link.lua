@@ -72,7 +72,7 @@ local OPTS = {
   framing = "string", qp_type = "string", timeout = "number", liveness = "number",
   spin = "number", trace = "boolean", fallback = "boolean", exchange = "function",
   connect_timeout = "number", stall = "number", wire = "string", faults = "table",
-  pcap = "string",
+  pcap = "string", eager = "boolean",
 }
 local WIRES = { auto = true, shm = true, udp = true }
 -- tbrt's own framing ("tbrt" = "auto": fixed on Apple devices, variable on
@@ -136,6 +136,7 @@ local function c_opts(opts)
   if opts.trace then o.trace = 1 end
   if opts.wire then o.wire = opts.wire end
   if opts.pcap then o.pcap = opts.pcap end
+  if opts.eager == false then o.no_eager = 1 end
   if opts.faults then o.faults = require("tbrt.verbs").faults_spec(opts.faults) end
   return o
 end
@@ -465,6 +466,8 @@ function Link:stats()
     cpu_moves = tonumber(s.cpu_moves), direct_sends = tonumber(s.direct_sends),
     direct_recvs = tonumber(s.direct_recvs), direct_bytes = tonumber(s.direct_bytes),
     fellow_yields = tonumber(s.fellow_yields),
+    eager_sends = tonumber(s.eager_sends), eager_recvs = tonumber(s.eager_recvs),
+    eager_wakes = tonumber(s.eager_wakes),
   }
 end
 
@@ -526,14 +529,17 @@ end
 
 -- Test hook: corrupt the next frame ("magic", "length", "skip", "repeat"),
 -- or the next direct offer ("offer-key", "offer-length", "offer-wrap",
--- "offer-twice"), or send a done frame that answers no offer ("stray-done").
+-- "offer-twice"), or send a done frame that answers no offer ("stray-done"),
+-- or the next eager frame ("eager-length": more than a slot holds,
+-- "eager-credit": a consumed count beyond what the peer wrote).
 local inject_codes = { magic = 1, length = 2, skip = 3, ["repeat"] = 4, ["offer-key"] = 6,
-  ["offer-length"] = 7, ["offer-wrap"] = 8, ["offer-twice"] = 9, ["stray-done"] = 10 }
+  ["offer-length"] = 7, ["offer-wrap"] = 8, ["offer-twice"] = 9, ["stray-done"] = 10,
+  ["eager-length"] = 11, ["eager-credit"] = 12 }
 function Link:inject(what)
   local codes = inject_codes
   if not codes[what] then
     error("inject: magic, length, skip, repeat, offer-key, offer-length, offer-wrap, " ..
-      "offer-twice or stray-done", 2)
+      "offer-twice, stray-done, eager-length or eager-credit", 2)
   end
   return C.tbrt_link_inject(self._l, codes[what]) == 0
 end

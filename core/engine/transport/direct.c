@@ -278,7 +278,7 @@ static int give_back_offer(struct xport *x, uint32_t v)
 {
     if (!x->doffer.pending || !x->inq_count)
         return 0;
-    struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count - 1, x->nbuf)];
+    struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count - 1, x->inq_cap)];
     bool head = x->inq_count == 1;
     if (!q->direct || q->len != v || q->off || q->wend ||
         (head && (x->dread.busy || x->dread.done)))
@@ -353,7 +353,7 @@ int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *p
     x->doffer.addr = addr;
     x->doffer.rkey = key;
     x->doffer.pending = true;
-    struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count, x->nbuf)];
+    struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count, x->inq_cap)];
     *q = (struct link_inq){.buf = buf, .len = olen, .direct = true};
     x->inq_count++;
     x->inq_bytes += olen;

@@ -92,7 +92,8 @@ int link_llama_linux_setup(struct xport *x, char *err, size_t errlen)
                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &x->recv_mr),
          "reg_mr receive ring");
 #undef STEP
-    x->inq = calloc(x->nbuf, sizeof *x->inq);
+    x->inq_cap = x->nbuf;
+    x->inq = calloc(x->inq_cap, sizeof *x->inq);
     x->repost = calloc(x->nbuf, sizeof *x->repost);
     if (!x->inq || !x->repost)
         return err_set(err, errlen, ENOMEM, "link %d: probe: out of memory", x->link_id);
@@ -181,7 +182,7 @@ static int chunk_arrived(struct xport *x, const struct ibv_wc *wc)
     x->stats.frames_recv++;
     if (len == 0)
         return rdma_give_back(x, buf) ? -x->err : 0;
-    struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count, x->nbuf)];
+    struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count, x->inq_cap)];
     q->buf = buf;
     q->off = 0;
     q->len = len;

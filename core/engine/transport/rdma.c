@@ -108,9 +108,16 @@ int link_rdma_setup(struct xport *x, char *err, size_t errlen)
                            tbrt_dev_why(dev));                                          \
     } while (0)
     STEP(tbrt_pd_alloc(dev, &x->pd), "alloc_pd");
-    STEP(tbrt_cq_create(dev, (int)(2 * x->nbuf + 8), &x->cq), "create_cq");
+    STEP(tbrt_cq_create(dev, (int)(2 * x->nbuf + 8) +
+                                 (eager_possible(x) ? EAGER_SLOTS + EAGER_CTL_MAX : 0),
+                        &x->cq),
+         "create_cq");
     /* inline data for small frames (a flush of a few bytes is one SEND with
      * its bytes in the WQE), where the device grants it */
+    /* eager frames and their control writes too (eager.c) */
+    bool eager = eager_possible(x);
+    if (eager)
+        extra += EAGER_SLOTS + EAGER_CTL_MAX;
     tbrt_qp_init qi = {.send_cq = x->cq, .recv_cq = x->cq, .qp_type = x->qp_type,
                        .cap = {.max_send_wr = (uint32_t)depth + extra, .max_recv_wr = (uint32_t)depth,
                                .max_send_sge = 1, .max_recv_sge = 1,
@@ -139,7 +146,11 @@ int link_rdma_setup(struct xport *x, char *err, size_t errlen)
     STEP(tbrt_mr_reg(x->pd, x->send_mem, x->ring_bytes, access, &x->send_mr), "reg_mr send ring");
     STEP(tbrt_mr_reg(x->pd, x->recv_mem, x->ring_bytes, access, &x->recv_mr), "reg_mr recv ring");
 #undef STEP
-    x->inq = calloc(x->nbuf, sizeof *x->inq);
+    if (eager_setup(x))
+        return err_set(err, errlen, ENOMEM, "link %d: probe: cannot map the eager slots",
+                       x->link_id);
+    x->inq_cap = x->nbuf + x->eager.slots;
+    x->inq = calloc(x->inq_cap, sizeof *x->inq);
     x->repost = calloc(x->nbuf, sizeof *x->repost);
     if (!x->inq || !x->repost)
         return err_set(err, errlen, ENOMEM, "link %d: probe: out of memory", x->link_id);
@@ -321,6 +332,18 @@ static int64_t tbrt_frame(struct xport *x, const uint8_t *at, const struct ibv_w
     /* a direct transfer's offer or done: direct.c says whether this link
      * takes them and checks the rest */
     bool ctl = frame_is_direct(magic) && check == (uint32_t) ~(magic ^ len ^ seq);
+    if (magic == FRAME_EAGER_MAGIC && check == (uint32_t) ~(magic ^ len ^ seq)) {
+        /* an eager offer: before any frame, outside the sequence (eager.c) */
+        if (x->framing != TBRT_FRAMING_VARIABLE)
+            return xport_fail(x, EPROTO, "recv: an eager offer, which only variable framing "
+                              "sends, on a link in %s framing (do both sides use the same "
+                              "framing?)", framing_name(x->framing)), -1;
+        if (seq != 0 || wc->byte_len != TBRT_STRIDE_HDR + len)
+            return xport_fail(x, EPROTO, "recv: an eager offer with seq %u in a SEND of %u "
+                              "bytes (an offer has seq 0 and is its header and %u bytes)",
+                              seq, wc->byte_len, FRAME_EAGER_LEN), -1;
+        return len;
+    }
     if (ctl) {
         /* a link that takes no direct transfers (fixed framing, UC) says
          * so, whatever the frame's size (direct.c) */
@@ -355,6 +378,10 @@ static int64_t tbrt_frame(struct xport *x, const uint8_t *at, const struct ibv_w
                               x->framing == TBRT_FRAMING_FIXED ? x->stride
                                                                : TBRT_STRIDE_HDR + len), -1;
     }
+    /* a later seq: the eager frames before it are in our slots (eager.c) */
+    if (seq != x->recv_seq && x->eager.slots && (int32_t)(seq - x->recv_seq) > 0 &&
+        eager_catch_up(x, seq))
+        return -1;
     if (seq != x->recv_seq)
         return xport_fail(x, EPROTO, "recv: frame seq %u != expected %u (a frame was %s on the "
                          "wire)", seq, x->recv_seq, seq > x->recv_seq ? "dropped" : "repeated"),
@@ -405,6 +432,10 @@ static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
         return -x->err;
     uint32_t len = (uint32_t)got;
     x->recv_posted--;
+    if (kind == FRAME_EAGER_MAGIC) {
+        int rc = eager_offer_in(x, at + TBRT_STRIDE_HDR, len);
+        return rc ? rc : rdma_give_back(x, buf) ? -x->err : 0;
+    }
     x->stats.frames_recv++;
     if (kind != TBRT_SEG_MAGIC)
         return direct_frame(x, kind, buf, at + TBRT_STRIDE_HDR, len);
@@ -413,7 +444,7 @@ static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
                   len, wc->byte_len, &x->dbg_last_in);
     if (len == 0)               /* nothing to read: back to the device */
         return rdma_give_back(x, buf) ? -x->err : 0;
-    struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count, x->nbuf)];
+    struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count, x->inq_cap)];
     q->buf = buf;
     q->off = 0;
     q->len = len;
@@ -423,7 +454,8 @@ static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
     return 0;
 }
 
-int rdma_poll(struct xport *x)
+/* The CQ, all of it or WC_BATCH completions. */
+static int poll_cq(struct xport *x)
 {
     struct ibv_wc wc[WC_BATCH];
     int n = tbrt_cq_poll(x->cq, WC_BATCH, wc);
@@ -452,6 +484,10 @@ int rdma_poll(struct xport *x)
             int rc = direct_completion(x, &wc[i]);
             if (rc)
                 return rc;
+        } else if (wc[i].wr_id & RDMA_EAGER_TAG) {
+            int rc = eager_completion(x, &wc[i]);
+            if (rc)
+                return rc;
         } else if (wc[i].wr_id & RDMA_INLINE_TAG) {
             if (!x->inline_count)
                 return xport_fail(x, EPROTO, "inline send completion, none in flight");
@@ -469,14 +505,50 @@ int rdma_poll(struct xport *x)
         }
     }
     x->stats.completions += (uint64_t)n;
+    return n;
+}
+
+/* Eager frames first (a look at one slot), then the CQ; with eager frames
+ * coming, a look polls the CQ only every 4th time (force: every time): SEND
+ * frames and our own completions wait a few looks of a few instructions
+ * more, an eager frame is found ~4x sooner. */
+static int poll_all(struct xport *x, bool force)
+{
+    int e = 0, n = 0;
+    uint64_t frames = x->stats.frames_recv;
+    if (x->eager.slots) {
+        if ((e = eager_poll(x)) < 0)
+            return e;
+        if (!force && (x->eager.look++ & 3) != 0)
+            goto done;
+    }
+    if ((n = poll_cq(x)) < 0)
+        return n;
+    /* a SEND frame may have been the turn before an eager one */
+    if (n > 0 && x->eager.slots) {
+        int more = eager_poll(x);
+        if (more < 0)
+            return more;
+        e += more;
+    }
+done:
+    n += e;
     if (n == 0) {
         x->stats.spins++;
         /* nothing came: the time to give drained strides back */
         if (x->repost_n && rdma_repost(x))
             return -x->err;
+    } else if (x->eager.asleep_told && x->stats.frames_recv != frames && eager_awake(x)) {
+        return -x->err;
     }
     return n;
 }
+
+/* Inside the transport (a full ring, a READ awaited): the CQ every time. */
+int rdma_poll(struct xport *x) { return poll_all(x, true); }
+
+/* The engine's look (progress): eager frames first, the CQ every 4th. */
+static int rdma_progress(struct xport *x) { return poll_all(x, false); }
 
 /* ---- sending -------------------------------------------------------------------- */
 
@@ -486,6 +558,17 @@ int rdma_post_pending(struct xport *x)
         return 0;
     uint32_t i = (uint32_t)x->pend_buf;
     uint8_t *at = x->send_mem + (size_t)i * x->stride;
+    if (x->pend_len <= EAGER_MAX && x->eager.out_slots) {
+        if (eager_fits(x, x->pend_len)) {
+            /* a small frame: written into the peer's slot; the stride is free */
+            int rc = eager_post(x, at, x->pend_len);
+            x->pend_buf = -1;
+            x->pend_len = 0;
+            return rc;
+        }
+        if (x->err)
+            return -x->err;     /* reaping for room found a failure */
+    }
     bool llama = x->framing == TBRT_FRAMING_LLAMA_APPLE;
     uint32_t magic = llama ? TBRT_LLAMA_SEG_MAGIC : TBRT_SEG_MAGIC, len = x->pend_len;
     uint32_t seq = x->send_seq++;
@@ -583,6 +666,14 @@ static int rdma_flush(struct xport *x)
 
 /* ---- receiving ------------------------------------------------------------------ */
 
+/* Where a received frame's payload lies: its stride, or its eager slot. */
+static inline const uint8_t *inq_data(const struct xport *x, const struct link_inq *q)
+{
+    if (TBRT_UNLIKELY(q->buf & EAGER_BUF))
+        return eager_data(x, q);
+    return x->recv_mem + (size_t)q->buf * x->stride + x->hdr;
+}
+
 /* n bytes of the oldest completed stride read: a drained stride goes back
  * to the device. */
 int rdma_consume(struct xport *x, struct link_inq *q, size_t n)
@@ -592,8 +683,10 @@ int rdma_consume(struct xport *x, struct link_inq *q, size_t n)
     x->stats.bytes_recv += n;
     if (q->off < q->len)
         return 0;
-    x->inq_head = ring_at(x->inq_head, 1, x->nbuf);
+    x->inq_head = ring_at(x->inq_head, 1, x->inq_cap);
     x->inq_count--;
+    if (q->buf & EAGER_BUF)
+        return eager_consumed(x);
     return rdma_give_back(x, q->buf) ? -x->err : 0;
 }
 
@@ -613,7 +706,7 @@ intptr_t rdma_recv(struct xport *x, void *buf, size_t len)
             continue;
         }
         size_t n = TBRT_MIN(len - done, (size_t)(q->len - q->off));
-        bulk_copy(p + done, x->recv_mem + (size_t)q->buf * x->stride + x->hdr + q->off, n);
+        bulk_copy(p + done, inq_data(x, q) + q->off, n);
         done += n;
         if (rdma_consume(x, q, n))
             return -x->err;
@@ -648,7 +741,7 @@ intptr_t rdma_recv_view(struct xport *x, const uint8_t **out)
     struct link_inq *q = &x->inq[x->inq_head];
     if (q->direct)
         return direct_view(x, q, out);
-    *out = x->recv_mem + (size_t)q->buf * x->stride + x->hdr + q->off;
+    *out = inq_data(x, q) + q->off;
     return (intptr_t)(q->len - q->off);
 }
 
@@ -664,12 +757,20 @@ int rdma_release(struct xport *x, size_t n)
 
 static int rdma_arm(struct xport *x)
 {
+    /* eager frames raise no event: the writer must know we sleep (eager.c) */
+    int rc = eager_arm(x);
+    if (rc)
+        return rc;
     tbrt_cq_ack(x->cq);         /* drain the events that woke us */
-    int rc = tbrt_cq_arm(x->cq);
+    rc = tbrt_cq_arm(x->cq);
     if (rc)
         return xport_fail(x, -rc, "req_notify_cq: %s", tbrt_dev_why(x->dev));
-    /* a completion that arrived before arming raises no event: look again */
-    rc = rdma_poll(x);
+    /* a completion that arrived before arming raises no event: look again
+     * (our own control writes' completions are no news) */
+    uint32_t ctl = x->eager.ctl_done;
+    rc = poll_all(x, true);
+    if (rc > 0)
+        rc -= (int)(x->eager.ctl_done - ctl);
     return rc < 0 ? rc : rc > 0 ? 1 : 0;
 }
 
@@ -693,9 +794,15 @@ static bool rdma_writable(struct xport *x)
 /* 0 while a direct offer's READ is in flight (direct.c): nothing to take yet */
 size_t rdma_readable(struct xport *x) { return x->dwait ? 0 : x->inq_bytes; }
 
-static bool rdma_idle(struct xport *x) { return x->send_count + x->inline_count == 0; }
+static bool rdma_idle(struct xport *x)
+{
+    return x->send_count + x->inline_count + x->eager.wr_inflight + x->eager.ctl_inflight == 0;
+}
 
-static int rdma_inflight(struct xport *x) { return (int)(x->send_count + x->inline_count); }
+static int rdma_inflight(struct xport *x)
+{
+    return (int)(x->send_count + x->inline_count + x->eager.wr_inflight + x->eager.ctl_inflight);
+}
 
 /* A teardown step's result: the first failure is kept for close to report,
  * and the step shows as "qp(failed)" in the log. */
@@ -731,6 +838,8 @@ void rdma_teardown(struct xport *x)
         step(x, tbrt_mr_dereg(x->send_mr), "mr");
     if (x->recv_mr)
         step(x, tbrt_mr_dereg(x->recv_mr), "mr");
+    if (x->eager.mr)
+        step(x, eager_dereg(x), "mr");
     x->send_mr = x->recv_mr = NULL;
     uint8_t *mems[2] = {x->send_mem, x->recv_mem};
     size_t sizes[2] = {x->send_ring_bytes, x->ring_bytes};
@@ -739,6 +848,10 @@ void rdma_teardown(struct xport *x)
             munmap(mems[i], sizes[i]);
             xport_log_teardown(x, "buf");
         }
+    if (qp_gone && x->eager.mem) {
+        eager_unmap(x);
+        xport_log_teardown(x, "buf");
+    }
     if (x->cq) {
         step(x, tbrt_cq_destroy(x->cq), "cq");
         x->cq = NULL;
@@ -757,6 +870,10 @@ void rdma_teardown(struct xport *x)
             munmap(mems[i], sizes[i]);
             xport_log_teardown(x, "buf");
         }
+    if (x->eager.mem) {
+        eager_unmap(x);
+        xport_log_teardown(x, "buf");
+    }
     x->send_mem = x->recv_mem = NULL;
     free(x->inq);
     free(x->repost);
@@ -769,7 +886,7 @@ const struct link_transport link_rdma = {
     .send = rdma_send,
     .recv = rdma_recv,
     .flush = rdma_flush,
-    .progress = rdma_poll,
+    .progress = rdma_progress,
     .activate = rdma_activate,
     .arm = rdma_arm,
     .fds = rdma_fds,
@@ -777,6 +894,7 @@ const struct link_transport link_rdma = {
     .readable = rdma_readable,
     .idle = rdma_idle,
     .inflight = rdma_inflight,
+    .ready = eager_ready,
     .teardown = rdma_teardown,
     .send_view = rdma_send_view,
     .commit = rdma_commit,

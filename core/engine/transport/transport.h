@@ -38,6 +38,8 @@ struct link_transport {
     bool (*writable)(struct xport *x);
     size_t (*readable)(struct xport *x);
     bool (*idle)(struct xport *x);          /* nothing of ours in flight */
+    /* optional: the peer is ready too (both ends' queue pairs are up) */
+    int (*ready)(struct xport *x);
     int (*inflight)(struct xport *x);       /* sends in flight */
     void (*teardown)(struct xport *x);
     /* zero-copy views (engine/views.c): a span of at most want bytes (0:
@@ -135,7 +137,7 @@ struct xport {
     uint32_t send_seq;
     /* receive ring: completed strides waiting for the reader, in order */
     struct link_inq *inq;
-    uint32_t inq_head, inq_count;
+    uint32_t inq_head, inq_count, inq_cap;  /* a ring of inq_cap: strides + eager slots */
     size_t inq_bytes;
     uint32_t recv_seq;
     uint32_t recv_posted;
@@ -178,6 +180,29 @@ struct xport {
     bool dwait;                 /* the reader waits for a READ or a slot: not readable */
     uint32_t dctl_inflight;
 
+    /* eager frames (eager.c): small frames RDMA-written into the peer's
+     * slots, found by the reader polling memory. Our region (eager_mem):
+     * the control block the peer writes, then our slots. */
+    struct {
+        uint8_t *mem;           /* our region, eager_bytes(slots) */
+        tbrt_mr *mr;
+        uint32_t slots;         /* our slots the peer may write; 0: none */
+        bool offered;           /* our offer went */
+        /* the peer's region, from its offer: out_slots 0 until then */
+        uint64_t peer_addr;
+        uint32_t peer_rkey, out_slots;
+        /* the writer's side: frames written, the peer's consumed count as
+         * last seen (its control block or a frame's credit field), writes
+         * in flight, and the eager frame count when we last woke it */
+        uint32_t sent, seen, wr_inflight, woke_at;
+        /* the reader's side: frames taken, consumed, consumed as told to
+         * the peer; our control writes in flight; we told it we sleep */
+        uint32_t taken, consumed, told;
+        uint32_t ctl_inflight, ctl_done;
+        bool asleep_told;
+        uint32_t look;          /* idle looks: the CQ is polled every 4th */
+    } eager;
+
     /* tcp */
     uint8_t *tcp_buf;
     size_t tcp_len, tcp_cap;
@@ -217,6 +242,43 @@ int rdma_consume(struct xport *x, struct link_inq *q, size_t n);
 #define RDMA_RECV_TAG (1ull << 20)   /* wr_id bit of receive completions */
 #define RDMA_INLINE_TAG (1ull << 21) /* wr_id bit of inline sends' completions */
 #define RDMA_DIRECT_TAG (1ull << 22) /* wr_id bit of direct reads and control frames */
+#define RDMA_EAGER_TAG (1ull << 23)  /* wr_id bit of eager writes (eager.c) */
+
+/* eager.c: a frame of up to EAGER_MAX payload bytes goes as one RDMA WRITE
+ * into the peer's next slot, which the peer's reader polls, instead of a
+ * SEND that the peer's CQ reports. The header says what it is:
+ *   0 seq u32, 4 len u32, 8 credit u32 (the writer's consumed count of the
+ *   other direction's eager frames), 12 check u32 = ~(TBRE ^ seq ^ len ^
+ *   credit), then len payload bytes, padding to 8, and a trailer u64 that
+ *   repeats seq: the WRITE's last word, which a device that places a WRITE's
+ *   bytes in address order (tbrt_dev.ordered_writes) places last. */
+enum {
+    EAGER_SLOT = 256,           /* bytes of a slot */
+    EAGER_HDR = 16,
+    EAGER_MAX = EAGER_SLOT - EAGER_HDR - 8,     /* payload bytes, at most */
+    EAGER_SLOTS = 64,           /* slots offered */
+    EAGER_SLOTS_MAX = 1024,     /* slots a peer may offer */
+    EAGER_CTL = 64,             /* the control block: consumed u64, asleep u64 */
+    EAGER_CTL_MAX = 4,          /* control writes in flight, at most */
+    EAGER_BUF = 1u << 31,       /* link_inq.buf of an eager frame: | slot index */
+};
+#define FRAME_EAGER_MAGIC 0x45524254u /* "TBRE": an eager offer (a SEND) and the slots' check */
+#define FRAME_EAGER_LEN 16u         /* offer: addr u64, rkey u32, slots u32 */
+bool eager_possible(const struct xport *x);
+int eager_setup(struct xport *x);
+int eager_ready(struct xport *x);
+int eager_offer_in(struct xport *x, const uint8_t *payload, uint32_t len);
+bool eager_fits(struct xport *x, uint32_t len);
+int eager_post(struct xport *x, const uint8_t *at, uint32_t len);
+int eager_poll(struct xport *x);
+int eager_catch_up(struct xport *x, uint32_t seq);
+const uint8_t *eager_data(const struct xport *x, const struct link_inq *q);
+int eager_consumed(struct xport *x);
+int eager_completion(struct xport *x, const struct ibv_wc *wc);
+int eager_arm(struct xport *x);
+int eager_awake(struct xport *x);
+int eager_dereg(struct xport *x);
+void eager_unmap(struct xport *x);
 
 /* direct.c: large sends from registered memory go as an offer (address,
  * key, length) that the reader takes with RDMA READs, straight into its own
