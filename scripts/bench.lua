@@ -4,8 +4,9 @@
 -- ratios within each round.
 --
 --   soft (shared memory), C-driven (build/tbrt-bench) and Lua-driven
---   (scripts/pair.lua): 8 B one-way latency, 64 KiB and 4 MiB streaming
---   against UCX's ucx_perftest with UCX_TLS=sm (tag_lat, tag_bw);
+--   (scripts/pair.lua): 8 B one-way latency (also with every frame a SEND,
+--   TBRT_EAGER=0), 64 KiB and 4 MiB streaming against UCX's ucx_perftest
+--   with UCX_TLS=sm (tag_lat, tag_bw);
 --   the same streams from and into registered memory (link:register,
 --   tbrt_link_mem_reg: direct transfers, the reader's RDMA READs);
 --   the tcp link at 64 KiB and 4 MiB against qperf tcp_bw;
@@ -40,10 +41,10 @@ end
 ---------------------------------------------------------------------------
 -- tbrt, C-driven and Lua-driven
 
-local function c_bench(dev, pers, mode, size, iters)
+local function c_bench(dev, pers, mode, size, iters, env)
   return function()
-    local out = sh(string.format("timeout 120 %s %s %s %s %d %d", cbench, dev, pers or "-", mode,
-      size, iters))
+    local out = sh(string.format("%s timeout 120 %s %s %s %s %d %d", env or "", cbench, dev,
+      pers or "-", mode, size, iters))
     local v = tonumber(out:match("^%S+ ([%d.]+)"))
     return v, not v and out:sub(1, 200) or nil
   end
@@ -164,6 +165,9 @@ local r = { load_start = loadavg() }
 local rounds = dofile(root .. "/scripts/bench/rounds.lua")(r, RUNS)
 rounds.group({
   { "c_lat", "tbrt soft C lat 8 B", c_bench("soft", PERS, "lat", 8, 20000) },
+  -- the same with every frame a SEND (no eager frames: README)
+  { "c_lat_send", "tbrt soft C lat 8 B, SENDs only", c_bench("soft", PERS, "lat", 8, 20000,
+    "TBRT_EAGER=0") },
   { "lua_lat", "tbrt soft Lua lat 8 B", lua_bench("soft", PERS, "lat", 8, 20000) },
   { "apple_lat", "tbrt soft apple-uc C lat 8 B", c_bench("soft", "apple-uc", "lat", 8, 20000) },
   { "pt_lat", "perftest ib_send_lat 8 B (tbrt exec)", perftest("ib_send_lat", 8, 20000) },
@@ -270,6 +274,7 @@ local rows = {
   row("Lua / C, 64 KiB bandwidth", "lua_bw64", "c_bw64", "C-driven", ">=", 0.9),
   row("Lua / C, 4 MiB bandwidth", "lua_bw4m", "c_bw4m", "C-driven", nil),
   row("Lua / C, 8 B latency (lower is better)", "lua_lat", "c_lat", "C-driven", nil),
+  row("eager / SEND frames, 8 B latency (C)", "c_lat", "c_lat_send", "TBRT_EAGER=0", nil),
   row("soft 8 B latency, 2 busy loops, us (C)", "busy_c_lat", "busy_ucx_lat", "ucx, same load", "<=", 2.0),
   row("apple-uc 8 B latency, us (whole strides)", "apple_lat", "ucx_lat", "ucx sm tag_lat", nil),
   row("apple-uc 4 MiB bandwidth, GB/s", "apple_bw4m", "ucx_bw4m", "ucx sm tag_bw", nil),

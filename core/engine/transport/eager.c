@@ -151,10 +151,10 @@ int eager_offer_in(struct xport *x, const uint8_t *payload, uint32_t len)
     addr = le64toh(addr);
     rkey = le32toh(rkey);
     slots = le32toh(slots);
-    if (slots > EAGER_SLOTS_MAX || addr > UINT64_MAX - region_bytes(slots))
-        return xport_fail(x, EPROTO, "recv: an eager offer of %u slots at 0x%llx (at most %u "
-                          "slots, inside the address space)", slots, (unsigned long long)addr,
-                          EAGER_SLOTS_MAX);
+    if (slots > EAGER_SLOTS_MAX || (slots & (slots - 1)) || addr > UINT64_MAX - region_bytes(slots))
+        return xport_fail(x, EPROTO, "recv: an eager offer of %u slots at 0x%llx (a power of "
+                          "2, at most %u, inside the address space)", slots,
+                          (unsigned long long)addr, EAGER_SLOTS_MAX);
     x->eager.peer_addr = addr;
     x->eager.peer_rkey = rkey;
     /* we write frames only if we can read the peer's control block (credits,
@@ -255,7 +255,7 @@ int eager_post(struct xport *x, const uint8_t *at_const, uint32_t len)
     memset(at + EAGER_HDR + len, 0, end - EAGER_HDR - len);
     uint64_t t = htole64(trailer_of(seq));
     memcpy(at + end, &t, 8);
-    uint32_t slot = x->eager.sent % x->eager.out_slots;
+    uint32_t slot = x->eager.sent & (x->eager.out_slots - 1);   /* a power of 2 */
     struct ibv_sge sge = {.addr = (uintptr_t)at, .length = end + 8, .lkey = x->send_mr->lkey};
     struct ibv_send_wr wr = {.wr_id = RDMA_EAGER_TAG | WR_FRAME, .sg_list = &sge, .num_sge = 1,
                              .opcode = IBV_WR_RDMA_WRITE,
@@ -323,9 +323,13 @@ int eager_poll(struct xport *x)
 {
     int n = 0;
     while (x->eager.slots && x->inq_count < x->inq_cap) {
-        uint32_t slot = x->eager.taken % x->eager.slots;
+        uint32_t slot = x->eager.taken & (EAGER_SLOTS - 1);
         const uint8_t *at = x->eager.mem + EAGER_CTL + (size_t)slot * EAGER_SLOT;
         uint32_t h[4], again[4];
+        /* a waiting reader's look: one word, not yet its turn */
+        if (le32toh(atomic_load_explicit((_Atomic uint32_t *)(uintptr_t)at,
+                                         memory_order_relaxed)) != x->recv_seq)
+            break;
         memcpy(h, at, sizeof h);
         uint32_t seq = le32toh(h[0]), len = le32toh(h[1]), credit = le32toh(h[2]);
         /* not yet written (an old frame's seq), or not our turn yet, or torn */

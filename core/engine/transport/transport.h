@@ -256,8 +256,8 @@ enum {
     EAGER_SLOT = 256,           /* bytes of a slot */
     EAGER_HDR = 16,
     EAGER_MAX = EAGER_SLOT - EAGER_HDR - 8,     /* payload bytes, at most */
-    EAGER_SLOTS = 64,           /* slots offered */
-    EAGER_SLOTS_MAX = 1024,     /* slots a peer may offer */
+    EAGER_SLOTS = 64,           /* slots offered (a power of 2) */
+    EAGER_SLOTS_MAX = 1024,     /* slots a peer may offer (a power of 2) */
     EAGER_CTL = 64,             /* the control block: consumed u64, asleep u64 */
     EAGER_CTL_MAX = 4,          /* control writes in flight, at most */
     EAGER_BUF = 1u << 31,       /* link_inq.buf of an eager frame: | slot index */
