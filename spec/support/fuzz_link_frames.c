@@ -48,6 +48,11 @@
  *                             (what a sent it: see bit 4 above)
  *   7 CORRUPT [len:2][pos:2][val:1][bytes]  a DATA frame with one byte of
  *                             it (pos, mod its size) set to val
+ * Bit 7 of RAW, DATA and CORRUPT, in mode 0 (where a offers eager slots:
+ * engine/transport/eager.c): the bytes go by RDMA WRITE into a's next eager
+ * slot instead, RAW as they are, DATA and CORRUPT as an eager frame (slot
+ * header, payload of up to 232 bytes, trailer); well-formed while the frame
+ * is and a has a slot free (b reads a's consumed count where a writes it). 
  * All integers little endian. The pair is made fresh for every input, so an
  * input replays the same way. */
 #include <arpa/inet.h>
@@ -98,6 +103,7 @@ static struct run {
     uint64_t posted, reaped;        /* b's SENDs */
     uint64_t frames;                /* SENDs that reached a's ring (see room) */
     size_t offer_end;               /* where the last well-formed offer ends in the stream */
+    uint32_t eager;                 /* b's eager frames written into a's slots */
     bool failed;                    /* a call of a's failed (the link broke) */
 } r;
 
@@ -421,6 +427,64 @@ static void b_offer(uint32_t off, uint32_t len, bool bad_key)
         r.exact = false;
 }
 
+/* ---- b's eager writes ------------------------------------------------------------- */
+
+/* Does a take eager frames here (mode 0: RC, variable framing, soft)? */
+static bool a_eager(void) { return r.mode == 0 && r.a->x.eager.slots && r.b->x.eager.mem; }
+
+/* An RDMA WRITE of bytes into a's eager region at off. */
+static void b_write(uint32_t off, const uint8_t *bytes, uint32_t len)
+{
+    uint64_t depth = NBUF;
+    for (int i = 0; i < 100 && r.posted - r.reaped >= depth; i++) {
+        b_turn();
+        a_result("progress", tbrt_link_progress(r.a));
+    }
+    if (r.posted - r.reaped >= depth) {
+        r.exact = false;
+        return;
+    }
+    memcpy(stage, bytes, len);
+    struct ibv_sge sge = {.addr = (uintptr_t)stage, .length = len, .lkey = r.smr->lkey};
+    struct ibv_send_wr wr = {.wr_id = WR_TAG | r.posted, .sg_list = &sge, .num_sge = 1,
+                             .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED};
+    wr.wr.rdma.remote_addr = (uintptr_t)r.a->x.eager.mem + off;
+    wr.wr.rdma.rkey = r.a->x.eager.mr->rkey;
+    int rc = tbrt_post_send(r.b->x.qp, &wr, NULL);
+    if (rc)
+        die("b: post_send WRITE: %s", tbrt_dev_why(r.b->x.dev));
+    r.posted++;
+    if (verbose)
+        fprintf(stderr, "b wrote %u bytes at %u of a's eager region\n", len, off);
+}
+
+/* An eager frame of len payload bytes into a's next slot. */
+static void b_eager(const uint8_t *payload, uint32_t len, const struct odd *o)
+{
+    if (len > EAGER_MAX)
+        len = EAGER_MAX;
+    uint32_t seq = r.seq + (uint32_t)o->seq_skew;
+    r.seq = seq + 1;
+    uint32_t hlen = o->long_len ? EAGER_MAX + 1 : len, credit = 0;
+    uint32_t check = ~(FRAME_EAGER_MAGIC ^ seq ^ hlen ^ credit);
+    uint8_t f[EAGER_SLOT];
+    uint32_t end = EAGER_HDR + ((len + 7) & ~7u), h[4] = {htole32(seq), htole32(hlen),
+                                                        htole32(credit), htole32(check)};
+    memset(f, 0, sizeof f);
+    memcpy(f, h, sizeof h);
+    memcpy(f + EAGER_HDR, payload, len);
+    uint64_t t = htole64((uint64_t)seq | (uint64_t)~seq << 32);
+    memcpy(f + end, &t, 8);
+    if (o->corrupt)
+        f[o->pos % (end + 8)] = o->val;
+    /* a slot a has not read yet: a well-formed writer would wait for it */
+    uint32_t consumed = (uint32_t)le64toh(*(volatile uint64_t *)r.b->x.eager.mem);
+    if (r.eager - consumed >= EAGER_SLOTS)
+        r.exact = false;
+    b_write(EAGER_CTL + (r.eager % EAGER_SLOTS) * EAGER_SLOT, f, end + 8);
+    r.eager++;
+}
+
 /* ---- the input -------------------------------------------------------------------- */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -470,7 +534,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             off += 2;
             if (len > size - off)
                 len = (uint32_t)(size - off);
-            if ((op & 7) == 0) {
+            if ((op & 0x80) && a_eager()) {
+                if ((op & 7) == 0) {
+                    /* raw bytes into the next slot (not taken as a frame) */
+                    b_write(EAGER_CTL + (r.eager % EAGER_SLOTS) * EAGER_SLOT, data + off,
+                            len > EAGER_SLOT ? EAGER_SLOT : len);
+                    r.exact = false;
+                } else {
+                    struct odd o = {.seq_skew = (op & 0x08 ? 1 : 0) - (op & 0x10 ? 1 : 0),
+                                    .long_len = op & 0x20};
+                    uint32_t n = len > EAGER_MAX ? EAGER_MAX : len;
+                    b_eager(data + off, n, &o);
+                    if ((op & 0x38) || n == 0)
+                        r.exact = false;
+                    else
+                        want_add(data + off, n);
+                }
+            } else if ((op & 7) == 0) {
                 b_send(data + off, len);
                 r.exact = false;
             } else {
@@ -526,7 +606,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 len = (uint32_t)(size - off);
             uint32_t payload = r.a->x.payload;
             struct odd o = {.corrupt = true, .pos = (uint32_t)pos, .val = (uint8_t)val};
-            b_frame(TBRT_SEG_MAGIC, data + off, len > payload ? payload : len, &o);
+            if ((op & 0x80) && a_eager())
+                b_eager(data + off, len, &o);
+            else
+                b_frame(TBRT_SEG_MAGIC, data + off, len > payload ? payload : len, &o);
             r.exact = false;
             off += len;
             break;

@@ -435,8 +435,11 @@ int shm_deliver_connected(struct shm_exec *e, struct shm_swr *slot, struct shm_s
             slot->copy_gen = e->local->pend.gen;   /* complete once the job is whole */
             return SHM_PENDING;
         }
-        for (uint32_t i = 0; i < (inl ? 1 : w->num_sge); i++) {
+        /* (a 0-byte WRITE or READ moves nothing and names no memory) */
+        for (uint32_t i = 0; w->total && i < (inl ? 1 : w->num_sge); i++) {
             uint64_t n = inl ? w->total : w->sge[i].length;
+            if (n == 0)
+                continue;
             if (op == IBV_WR_RDMA_READ)
                 bulk_copy(src[i], (char *)remote + off, n);
             else        /* its last word last, as a NIC's DMA (tbrt_dev.ordered_writes) */
