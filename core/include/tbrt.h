@@ -444,7 +444,9 @@ int tbrt_link_activate_wait(tbrt_link *l, const uint8_t *peer_caps, size_t len);
 
 /* Non-blocking data path. send returns the bytes accepted (maybe fewer than
  * len) or -EAGAIN when every stride is in flight; recv returns the bytes
- * copied (>0), -EAGAIN when none have arrived, or an error. */
+ * copied (>0), -EAGAIN when none have arrived, or an error. On a broken
+ * link recv first hands out what arrived before the failure, then the
+ * link's error. */
 intptr_t tbrt_link_send(tbrt_link *l, const void *buf, size_t len);
 intptr_t tbrt_link_recv(tbrt_link *l, void *buf, size_t len);
 /* Post the partly filled stride (call at every message boundary). */

@@ -243,11 +243,7 @@ intptr_t direct_send(struct xport *x, const void *buf, size_t len)
         ln = inject == 7 ? DIRECT_MAX + 1u : ln;
         a = inject == 8 ? UINT64_MAX - 4095 : a;
     }
-    uint64_t addr = htole64(a);
-    uint32_t key = htole32(k), l32 = htole32(ln);
-    memcpy(p, &addr, 8);
-    memcpy(p + 8, &key, 4);
-    memcpy(p + 12, &l32, 4);
+    frame_region_write(p, a, k, ln);
     if (post_ctl(x, FRAME_OFFER_MAGIC, p, sizeof p) ||
         (inject == 9 && post_ctl(x, FRAME_OFFER_MAGIC, p, sizeof p)))
         return -x->err;
@@ -338,12 +334,7 @@ int direct_frame(struct xport *x, uint32_t magic, uint32_t buf, const uint8_t *p
         return xport_fail(x, EPROTO, "recv: a second direct offer before the first was read");
     uint64_t addr;
     uint32_t key, olen;
-    memcpy(&addr, payload, 8);
-    memcpy(&key, payload + 8, 4);
-    memcpy(&olen, payload + 12, 4);
-    addr = le64toh(addr);
-    key = le32toh(key);
-    olen = le32toh(olen);
+    frame_region_read(payload, &addr, &key, &olen);
     if (olen == 0 || olen > DIRECT_MAX)
         return xport_fail(x, EPROTO, "recv: a direct offer of %u bytes (1 to %u)", olen,
                           (uint32_t)DIRECT_MAX);

@@ -108,15 +108,11 @@ int eager_ready(struct xport *x)
 {
     if (!x->eager.mr || x->eager.offered)
         return 0;
-    struct {
-        uint64_t addr;
-        uint32_t rkey, slots;
-    } o = {htole64((uintptr_t)x->eager.mem), htole32(x->eager.mr->rkey), htole32(x->eager.slots)};
-    _Static_assert(sizeof o == FRAME_EAGER_LEN, "eager offer size");
     uint8_t f[TBRT_STRIDE_HDR + FRAME_EAGER_LEN];
     /* seq 0: the offer is no frame of the stream (it goes before any) */
     frame_hdr_write(f, FRAME_EAGER_MAGIC, FRAME_EAGER_LEN, 0);
-    memcpy(f + TBRT_STRIDE_HDR, &o, sizeof o);
+    frame_region_write(f + TBRT_STRIDE_HDR, (uintptr_t)x->eager.mem, x->eager.mr->rkey,
+                       x->eager.slots);
     struct ibv_sge sge = {.addr = (uintptr_t)f, .length = sizeof f, .lkey = x->send_mr->lkey};
     struct ibv_send_wr wr = {.wr_id = RDMA_INLINE_TAG, .sg_list = &sge, .num_sge = 1,
                              .opcode = IBV_WR_SEND,
@@ -145,12 +141,7 @@ int eager_offer_in(struct xport *x, const uint8_t *payload, uint32_t len)
                           framing_name(x->framing), dev_qp_type_name(x->qp_type));
     uint64_t addr;
     uint32_t rkey, slots;
-    memcpy(&addr, payload, 8);
-    memcpy(&rkey, payload + 8, 4);
-    memcpy(&slots, payload + 12, 4);
-    addr = le64toh(addr);
-    rkey = le32toh(rkey);
-    slots = le32toh(slots);
+    frame_region_read(payload, &addr, &rkey, &slots);
     if (slots > EAGER_SLOTS_MAX || (slots & (slots - 1)) || addr > UINT64_MAX - region_bytes(slots))
         return xport_fail(x, EPROTO, "recv: an eager offer of %u slots at 0x%llx (a power of "
                           "2, at most %u, inside the address space)", slots,
@@ -202,13 +193,14 @@ bool eager_fits(struct xport *x, uint32_t len)
 }
 
 /* An empty SEND frame: a completion that wakes a sleeping reader. Without
- * room in the send queue there is no need: SENDs are in flight, and they
- * will wake it. */
+ * room in the send queue, not now: the SENDs in flight were posted before
+ * the write and may wake the reader before it lands; they complete before
+ * the write does, and its completion looks again (woke_at not moved). */
 static int wake(struct xport *x)
 {
-    x->eager.woke_at = x->eager.sent;
     if (x->send_count + x->inline_count >= x->nbuf)
         return 0;
+    x->eager.woke_at = x->eager.sent;
     uint8_t f[TBRT_STRIDE_HDR];
     frame_hdr_write(f, TBRT_SEG_MAGIC, 0, x->send_seq);
     struct ibv_sge sge = {.addr = (uintptr_t)f, .length = sizeof f, .lkey = x->send_mr->lkey};

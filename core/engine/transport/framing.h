@@ -45,6 +45,27 @@ static inline bool frame_is_direct(uint32_t magic)
            magic == FRAME_ASK_BACK_MAGIC || magic == FRAME_BACK_MAGIC;
 }
 
+/* A region of the sender's memory, the payload of a direct offer {addr,
+ * rkey, len} and of an eager offer {addr, rkey, slots}: 16 bytes. */
+static inline void frame_region_write(void *at, uint64_t addr, uint32_t key, uint32_t n)
+{
+    uint64_t a = htole64(addr);
+    uint32_t k = htole32(key), v = htole32(n);
+    memcpy(at, &a, 8);
+    memcpy((uint8_t *)at + 8, &k, 4);
+    memcpy((uint8_t *)at + 12, &v, 4);
+}
+
+static inline void frame_region_read(const void *at, uint64_t *addr, uint32_t *key, uint32_t *n)
+{
+    memcpy(addr, at, 8);
+    memcpy(key, (const uint8_t *)at + 8, 4);
+    memcpy(n, (const uint8_t *)at + 12, 4);
+    *addr = le64toh(*addr);
+    *key = le32toh(*key);
+    *n = le32toh(*n);
+}
+
 struct frame_hdr {
     uint32_t magic;
     uint32_t len;
