@@ -107,19 +107,16 @@ int link_rdma_setup(struct xport *x, char *err, size_t errlen)
             return err_set(err, errlen, -rc, "link %d: probe: %s: %s", x->link_id, what,       \
                            tbrt_dev_why(dev));                                          \
     } while (0)
+    /* eager frames and their control writes (eager.c) take room in the send
+     * queue and the CQ */
+    uint32_t eager = eager_possible(x) ? EAGER_SLOTS + EAGER_CTL_MAX : 0;
     STEP(tbrt_pd_alloc(dev, &x->pd), "alloc_pd");
-    STEP(tbrt_cq_create(dev, (int)(2 * x->nbuf + 8) +
-                                 (eager_possible(x) ? EAGER_SLOTS + EAGER_CTL_MAX : 0),
-                        &x->cq),
-         "create_cq");
+    STEP(tbrt_cq_create(dev, (int)(2 * x->nbuf + 8 + eager), &x->cq), "create_cq");
     /* inline data for small frames (a flush of a few bytes is one SEND with
      * its bytes in the WQE), where the device grants it */
-    /* eager frames and their control writes too (eager.c) */
-    bool eager = eager_possible(x);
-    if (eager)
-        extra += EAGER_SLOTS + EAGER_CTL_MAX;
     tbrt_qp_init qi = {.send_cq = x->cq, .recv_cq = x->cq, .qp_type = x->qp_type,
-                       .cap = {.max_send_wr = (uint32_t)depth + extra, .max_recv_wr = (uint32_t)depth,
+                       .cap = {.max_send_wr = (uint32_t)depth + extra + eager,
+                               .max_recv_wr = (uint32_t)depth,
                                .max_send_sge = 1, .max_recv_sge = 1,
                                .max_inline_data = RDMA_INLINE}};
     rc = tbrt_qp_create(x->pd, &qi, &x->qp);
