@@ -82,6 +82,29 @@ describe("TBRT_DEBUG", function()
     assert.matches("tbrt: link %d+: tcp read: 5 of 5 bytes", t)
   end)
 
+  it("3 shows eager frames written and taken, by slot and seq (linux-rc)", function()
+    -- round trips: each end learns the other's slots when it first polls
+    local r = H.run_tbrt({ "-e", [[
+local tbrt = require("tbrt")
+tbrt.run(function()
+  local srv = assert(tbrt.listen("127.0.0.1", 0, { device = "soft1" }))
+  local t = tbrt.spawn(function() return srv:accept(10) end)
+  local a = assert(tbrt.connect("127.0.0.1", srv.port, { device = "soft1" }))
+  local b = assert(t:join(10))
+  srv:close()
+  for _ = 1, 3 do
+    assert(a:send("ping")) ; assert(a:flush()) ; assert(b:recv(4, 5) == "ping")
+    assert(b:send("pong")) ; assert(b:flush()) ; assert(a:recv(4, 5) == "pong")
+  end
+  a:close() ; b:close()
+end)
+]] }, { env = { TBRT_DEBUG = "3" } })
+    assert(r.code == 0, H.describe(r))
+    assert.matches("tbrt: link %d+: frame out eager: slot 0 seq %d+, 4 payload bytes, 32 on the " ..
+      "wire %(t=%d+%.%d+ s%)\n", r.stderr)
+    assert.matches("tbrt: link %d+: frame in eager: slot 0 seq %d+, 4 payload bytes", r.stderr)
+  end)
+
   it("changes at run time and clamps", function()
     local C = require("tbrt.ffi").C
     local old = C.tbrt_debug_set(2)

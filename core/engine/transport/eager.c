@@ -47,6 +47,7 @@
 
 #include "engine/transport/framing.h"
 #include "engine/transport/transport.h"
+#include "util/debug.h"
 #include "util/util.h"
 
 #define WR_FRAME 0u
@@ -214,6 +215,9 @@ static int wake(struct xport *x)
     x->inline_count++;
     x->stats.frames_sent++;
     x->stats.eager_wakes++;
+    if (DBG_ON(DBG_FRAME))
+        dbg_line(x->link_id, "eager wake-up: the peer sleeps; an empty SEND, seq %u",
+                 x->send_seq - 1);
     return 0;
 }
 
@@ -258,6 +262,9 @@ int eager_post(struct xport *x, const uint8_t *at_const, uint32_t len)
     if (rc)
         return xport_fail(x, -rc, "post_send eager frame %u (%u bytes): %s", seq, end + 8,
                           tbrt_dev_why(x->dev));
+    if (DBG_ON(DBG_FRAME))
+        dbg_line(x->link_id, "frame out eager: slot %u seq %u, %u payload bytes, %u on the wire "
+                 "(t=%.6f s)", slot, seq, len, end + 8, now_s() - x->t0);
     x->send_seq++;
     x->eager.sent++;
     x->eager.wr_inflight++;
@@ -337,6 +344,9 @@ int eager_poll(struct xport *x)
             break;
         if (peer_consumed(x, credit, "eager frame"))
             return -x->err;
+        if (DBG_ON(DBG_FRAME))
+            dbg_line(x->link_id, "frame in eager: slot %u seq %u, %u payload bytes (t=%.6f s)",
+                     slot, seq, len, now_s() - x->t0);
         x->recv_seq++;
         x->eager.taken++;
         x->stats.frames_recv++;
