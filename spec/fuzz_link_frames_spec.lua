@@ -183,6 +183,20 @@ describe_once("the engine's receive side against a hostile peer's frames (libFuz
     end
   end)
 
+  it("bounds what it holds from a writer that ignores its credits", function()
+    if not built then pending(why) return end
+    -- 72 eager frames into 64 slots, taken by a's progress (b waits for
+    -- room in its queue) but not read, then SENDs for every stride: the
+    -- reader holds at most its slots and its strides
+    local frames = {}
+    for i = 1, 72 do frames[#frames + 1] = eager(string.rep(string.char(i), 232)) end
+    for _ = 1, 10 do frames[#frames + 1] = data("x") end
+    for _ = 1, 40 do frames[#frames + 1] = turn(64) end
+    local e, r = replay(input(VARIABLE, table.concat(frames)))
+    assert.is_false(e.exact, r.stderr)
+    if e.link == "broken" then assert.matches("^link %d+: ", e.why) end
+  end)
+
   it("breaks the link on each kind of bad frame, naming it", function()
     if not built then pending(why) return end
     for name, b in pairs(bad) do

@@ -278,6 +278,11 @@ int eager_post(struct xport *x, const uint8_t *at_const, uint32_t len)
     return wake_if_asleep(x);
 }
 
+const char *eager_wr_what(uint64_t wr_id)
+{
+    return (wr_id & 1u) == WR_CTL ? "eager control write" : "eager write";
+}
+
 int eager_completion(struct xport *x, const struct ibv_wc *wc)
 {
     if ((wc->wr_id & 1u) == WR_CTL) {
@@ -321,7 +326,10 @@ static int write_ctl(struct xport *x, bool asleep)
 int eager_poll(struct xport *x)
 {
     int n = 0;
-    while (x->eager.slots && x->inq_count < x->inq_cap) {
+    /* at most a slot's worth unread: a writer that ignores our credits
+     * rewrites a slot whose frame we hold (its own bytes change), but never
+     * grows the reader's queue past its strides and slots */
+    while (x->eager.slots && x->eager.taken - x->eager.consumed < x->eager.slots) {
         uint32_t slot = x->eager.taken & (EAGER_SLOTS - 1);
         const uint8_t *at = x->eager.mem + EAGER_CTL + (size_t)slot * EAGER_SLOT;
         uint32_t h[4], again[4];

@@ -470,6 +470,7 @@ static int poll_cq(struct xport *x)
                              "%s completion: %s%s%s",
                              is_recv                            ? "recv"
                              : wc[i].wr_id & RDMA_DIRECT_TAG ? direct_wr_what(wc[i].wr_id)
+                             : wc[i].wr_id & RDMA_EAGER_TAG  ? eager_wr_what(wc[i].wr_id)
                                                              : "send",
                              wc_status_text(wc[i].status), v[0] ? ": " : "", v);
         }

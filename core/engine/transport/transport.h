@@ -275,6 +275,7 @@ int eager_catch_up(struct xport *x, uint32_t seq);
 const uint8_t *eager_data(const struct xport *x, const struct link_inq *q);
 int eager_consumed(struct xport *x);
 int eager_completion(struct xport *x, const struct ibv_wc *wc);
+const char *eager_wr_what(uint64_t wr_id);  /* "eager write", ... (error messages) */
 int eager_arm(struct xport *x);
 int eager_awake(struct xport *x);
 int eager_dereg(struct xport *x);
