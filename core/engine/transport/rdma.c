@@ -441,6 +441,9 @@ static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
                   len, wc->byte_len, &x->dbg_last_in);
     if (len == 0)               /* nothing to read: back to the device */
         return rdma_give_back(x, buf) ? -x->err : 0;
+    if (x->inq_count >= x->inq_cap)   /* cannot be: a receive per stride, a slot per frame */
+        return xport_fail(x, EPROTO, "recv: a frame beyond the %u the reader can hold",
+                          x->inq_cap);
     struct link_inq *q = &x->inq[ring_at(x->inq_head, x->inq_count, x->inq_cap)];
     q->buf = buf;
     q->off = 0;
