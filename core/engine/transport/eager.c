@@ -332,7 +332,8 @@ int eager_poll(struct xport *x)
     while (x->eager.slots && x->eager.taken - x->eager.consumed < x->eager.slots) {
         uint32_t slot = x->eager.taken & (EAGER_SLOTS - 1);
         const uint8_t *at = x->eager.mem + EAGER_CTL + (size_t)slot * EAGER_SLOT;
-        uint32_t h[4], again[4];
+        uint32_t h[4];
+        uint64_t again[2];
         /* a waiting reader's look: one word, not yet its turn */
         if (le32toh(atomic_load_explicit((_Atomic uint32_t *)(uintptr_t)at,
                                          memory_order_relaxed)) != x->recv_seq)
@@ -347,8 +348,11 @@ int eager_poll(struct xport *x)
                               "slot holds 1 to %u", seq, slot, len, (unsigned)EAGER_MAX);
         if (load64(at + EAGER_HDR + pad8(len)) != trailer_of(seq))
             break;              /* still being placed */
+        /* the header read before the trailer was: the same now (not torn) */
+        uint64_t first[2];
+        memcpy(first, h, sizeof first);
         memcpy(again, at, sizeof again);
-        if (memcmp(h, again, sizeof h) != 0)
+        if (first[0] != again[0] || first[1] != again[1])
             break;
         if (peer_consumed(x, credit, "eager frame"))
             return -x->err;

@@ -525,8 +525,10 @@ static int poll_all(struct xport *x, bool force)
     }
     if ((n = poll_cq(x)) < 0)
         return n;
-    /* a SEND frame may have been the turn before an eager one */
-    if (n > 0 && x->eager.slots) {
+    /* a SEND frame may have been the turn before an eager one; and the
+     * device's progress in the poll may have placed WRITEs (a packet wire
+     * places them as it reads them): a full look takes those too */
+    if ((n > 0 || force) && x->eager.slots) {
         int more = eager_poll(x);
         if (more < 0)
             return more;
