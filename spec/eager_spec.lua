@@ -161,3 +161,29 @@ describe("eager frames", function()
     a:close() ; b:close()
   end))
 end)
+
+describe("eager frames and a peer's goodbye", function()
+  -- A look polls the CQ every 4th time while eager frames come, and the
+  -- liveness check reads the bootstrap socket every 64th: a goodbye found
+  -- in a look that skipped the CQ must not hide a SEND frame that came
+  -- before it. The trials put the reader's counters at every place of 64.
+  -- (Both count b's progress calls; b's sends count for the second only.)
+  it("leave nothing unread before EOF, whichever look finds the goodbye", L.async(function()
+    local C = require("tbrt.ffi").C
+    for trial = 0, 255 do
+      local sends, empty = trial % 4, math.floor(trial / 4)
+      local a, b = L.pair(RC)
+      warm(a, b)
+      for i = 1, sends do send_msg(b, 8, i) ; recv_msg(a, 8, i) end
+      for _ = 1, empty do C.tbrt_link_progress(b._l) end
+      send_msg(a, 1000, 2)           -- a SEND frame
+      assert(a:close())              -- waits for it, then says goodbye
+      task.sleep(0.002)              -- b's next liveness tick reads the socket
+      recv_msg(b, 1000, 2)
+      local got, err = b:recv(1, 1)
+      assert.is_nil(got)
+      assert.matches("^EOF", err)
+      b:close()
+    end
+  end))
+end)

@@ -95,6 +95,16 @@ int link_progress(tbrt_link *l)
     if (n < 0)
         return n;
     int rc = live_tick(l, true);
+    if (TBRT_UNLIKELY((l->bye || l->x.peer_dead) && !l->x.full_looks)) {
+        /* the peer said goodbye or is gone: what it sent before must all be
+         * seen before EOF or the error (an eager link's look polls its CQ
+         * only every 4th time): every look is whole from now on, this one
+         * too */
+        l->x.full_looks = true;
+        int m = l->t->progress(&l->x);
+        if (m > 0)
+            n += m;
+    }
     return rc ? rc : n;
 }
 

@@ -520,7 +520,7 @@ static int poll_all(struct xport *x, bool force)
     if (x->eager.slots) {
         if ((e = eager_poll(x)) < 0)
             return e;
-        if (!force && (x->eager.look++ & 3) != 0)
+        if (!force && !x->full_looks && (x->eager.look++ & 3) != 0)
             goto done;
     }
     if ((n = poll_cq(x)) < 0)

@@ -98,6 +98,8 @@ struct xport {
     int err;
     char why[TBRT_WHY_MAX];
     bool peer_dead;             /* the bootstrap socket failed */
+    bool full_looks;            /* (engine) the peer said goodbye or died: every look
+                                   polls everything (rdma: the CQ too) */
     bool eof;                   /* tcp: the peer closed its end */
     char teardown_log[128];     /* "qp,mr,mr,buf,buf,cq,pd,dev" */
     int close_err;              /* a teardown step that failed */
