@@ -184,10 +184,14 @@ int main(int argc, char **argv)
         /* untimed warm-up: first touches of the rings are set-up */
         pingpong(&ps[links - 1], msg, buf, n, 64);
         if (strcmp(mode, "idle") == 0) {
-            /* the warm-up's last completions are not part of a look */
-            for (int k = 0; k < 100 && (tbrt_link_progress(ps[links - 1].a) != 0 ||
-                                        tbrt_link_progress(ps[links - 1].b) != 0); k++)
-                ;
+            /* the warm-up's last completions are not part of a look (a look
+             * may leave the CQ for a later one while eager frames come:
+             * 8 empty looks in a row on both ends) */
+            for (int k = 0, quiet = 0; k < 1000 && quiet < 8; k++) {
+                int na = tbrt_link_progress(ps[links - 1].a);
+                int nb = tbrt_link_progress(ps[links - 1].b);
+                quiet = na == 0 && nb == 0 ? quiet + 1 : 0;
+            }
             cost_idle(&ps[links - 1], buf, iters);
             printf("looks %ld\nlinks %d\n", iters, links);
         } else if (strcmp(mode, "paths") == 0) {

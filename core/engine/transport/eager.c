@@ -361,6 +361,7 @@ int eager_poll(struct xport *x)
                      slot, seq, len, now_s() - x->t0);
         x->recv_seq++;
         x->eager.taken++;
+        x->eager.recent = true;
         x->stats.frames_recv++;
         x->stats.eager_recvs++;
         n++;

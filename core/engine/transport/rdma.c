@@ -434,6 +434,7 @@ static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
         return rc ? rc : rdma_give_back(x, buf) ? -x->err : 0;
     }
     x->stats.frames_recv++;
+    x->eager.recent = false;    /* SEND frames come: look at the CQ each time */
     if (kind != TBRT_SEG_MAGIC)
         return direct_frame(x, kind, buf, at + TBRT_STRIDE_HDR, len);
     if (DBG_ON(DBG_FRAME))
@@ -509,10 +510,11 @@ static int poll_cq(struct xport *x)
     return n;
 }
 
-/* Eager frames first (a look at one slot), then the CQ; with eager frames
- * coming, a look polls the CQ only every 4th time (force: every time): SEND
- * frames and our own completions wait a few looks of a few instructions
- * more, an eager frame is found ~4x sooner. */
+/* Eager frames first (a look at one slot), then the CQ; while eager frames
+ * come (the last frame was one), a look polls the CQ only every 4th time
+ * (force: every time): SEND frames and our own completions wait a few looks
+ * of a few instructions more, an eager frame is found ~4x sooner. A stream
+ * of SEND frames is looked for at every look. */
 static int poll_all(struct xport *x, bool force)
 {
     int e = 0, n = 0;
@@ -520,7 +522,7 @@ static int poll_all(struct xport *x, bool force)
     if (x->eager.slots) {
         if ((e = eager_poll(x)) < 0)
             return e;
-        if (!force && !x->full_looks && (x->eager.look++ & 3) != 0)
+        if (!force && !x->full_looks && x->eager.recent && (x->eager.look++ & 3) != 0)
             goto done;
     }
     if ((n = poll_cq(x)) < 0)

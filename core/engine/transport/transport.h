@@ -202,7 +202,8 @@ struct xport {
         uint32_t taken, consumed, told;
         uint32_t ctl_inflight, ctl_done;
         bool asleep_told;
-        uint32_t look;          /* idle looks: the CQ is polled every 4th */
+        uint32_t look;          /* looks: the CQ is polled every 4th... */
+        bool recent;            /* ...while the last frame taken was eager */
     } eager;
 
     /* tcp */
