@@ -245,28 +245,33 @@ local others_ready = task.others_ready
 -- time of its last progress survives those turns (the caller's deadline
 -- names its operation), so waiters that keep letting each other run still
 -- park once their window is over.
-function Link:_wait(what, deadline, events)
+function Link:_wait(what, deadline, events, timeout)
   local l = self._l
   -- the same operation (its deadline) coming back after letting others run
   -- goes on from its last progress; a new one starts afresh
-  local since = self._idle_for == deadline and self._idle_since or now()
-  local turns = 0
+  local since = deadline and self._idle_for == deadline and self._idle_since or nil
+  local turns, moved = 0, false
   while true do
     local n = C.tbrt_link_progress(l)
-    if n < 0 or C.tbrt_link_ready_for(l, what) ~= 0 then return true end
+    if n < 0 or C.tbrt_link_ready_for(l, what) ~= 0 then return true, nil, deadline end
     -- the clock, the window and the other tasks every 16th idle turn, as
-    -- the C waiter does: a short turn sees the peer's message sooner
+    -- the C waiter does: a short turn sees the peer's message sooner, and
+    -- a wait that ends within 16 turns (a ping-pong's) reads no clock (a
+    -- read costs what a look does in a VM); without a deadline yet (the
+    -- caller's timeout: from its first read) the window starts there too
     turns = turns + 1
-    if n > 0 or turns % 16 == 0 then
+    if n > 0 then moved = true end
+    if turns % 16 == 0 then
       local t = now()
-      if n > 0 then since = t end
+      if not deadline and timeout then deadline = t + timeout end
+      if moved or not since then since, moved = t, false end
       if deadline and t >= deadline then return nil, "timeout" end
       local look = t - since < C.tbrt_link_idle(l)
       if look and others_ready() then
         self._idle_for, self._idle_since = deadline, since
         task.sleep(0)
         if not self._l then return nil, "closed" end
-        return true
+        return true, nil, deadline
       end
       if not look then
         self._idle_for = nil              -- woken, it looks afresh
@@ -274,7 +279,7 @@ function Link:_wait(what, deadline, events)
         if a ~= 0 then
           if a > 0 then task.sleep(0) end       -- let others run, then look again
           if not self._l then return nil, "closed" end
-          return true
+          return true, nil, deadline
         end
         local nap = NAP_MAX
         local cap = C.tbrt_link_sleep_max(l)
@@ -283,7 +288,7 @@ function Link:_wait(what, deadline, events)
         local nfd, fd0 = self:_fds()
         if nfd > 0 then task.poll(fd0, events, nap) else task.sleep(nap) end
         if not self._l then return nil, "closed" end
-        return true
+        return true, nil, deadline
       end
     end
   end
@@ -321,8 +326,9 @@ function Link:send(data, len, timeout)
     if r > 0 then
       done = done + r
     elseif r == EAGAIN then
-      deadline = deadline or now() + (timeout or self.timeout)
-      local ok, why = self:_wait(WAIT_SEND, deadline, self.tcp and "w" or "r")
+      local ok, why
+      ok, why, deadline = self:_wait(WAIT_SEND, deadline, self.tcp and "w" or "r",
+        timeout or self.timeout)
       if not ok then
         if why == "closed" then return nil, self:_closed_while("send"), done end
         return nil, self:_err(C.tbrt_link_timed_out(l, WAIT_SEND, done, n, timeout or self.timeout)), done
@@ -346,8 +352,8 @@ function Link:flush(timeout)
     rc = C.tbrt_link_flush(l)
     if rc == 0 then return true end
     if rc ~= EAGAIN then return nil, self:_err(rc) end
-    deadline = deadline or now() + (timeout or self.timeout)
-    local ok, why = self:_wait(WAIT_SEND, deadline, "w")
+    local ok, why
+    ok, why, deadline = self:_wait(WAIT_SEND, deadline, "w", timeout or self.timeout)
     if not ok then
       if why == "closed" then return nil, self:_closed_while("flush") end
       return nil, string.format("ETIMEDOUT: link %d: flush: not done within %g s", self.id,
@@ -374,8 +380,8 @@ function Link:recv_into(buf, n, timeout, some)
       got = got + r
       if some then return got end
     elseif r == EAGAIN then
-      deadline = deadline or now() + (timeout or self.timeout)
-      local ok, why = self:_wait(WAIT_RECV, deadline, "r")
+      local ok, why
+      ok, why, deadline = self:_wait(WAIT_RECV, deadline, "r", timeout or self.timeout)
       if not ok then
         if why == "closed" then return nil, self:_closed_while("recv"), got end
         return nil, self:_err(C.tbrt_link_timed_out(l, WAIT_RECV, got, n, timeout or self.timeout)), got
