@@ -15,11 +15,13 @@
  * Each end's region: a control block the peer writes {consumed u64, asleep
  * u64}, then EAGER_SLOTS slots of EAGER_SLOT bytes the peer writes frames
  * into, in turn (transport.h has the slot's layout). Once the link is ready
- * each end offers its region in a control frame (TBRE: addr, rkey, slots;
- * slots 0 when its device does not place writes in order). Frames of both
- * kinds share one sequence: the reader takes an eager frame when its seq is
- * the next one, and a SEND frame that comes with a later seq first takes the
- * eager frames before it (RC places a WRITE before a later SEND completes).
+ * each end offers its region in a control frame (TBRE: addr, rkey, slots),
+ * outside the sequence; an end whose device does not place writes in order
+ * (or that is told not to) has no region, offers none and writes none. Both
+ * kinds of frame share one sequence: the reader takes an eager frame when
+ * its seq is the next one, and a SEND frame that comes with a later seq
+ * first takes the eager frames before it (RC places a WRITE before a later
+ * SEND completes).
  *
  * Credits: the writer writes a slot only when the reader has consumed the
  * frame written there a lap before; the reader says how many it consumed in
@@ -35,9 +37,10 @@
  * clears the flag when it finds work again.
  *
  * The peer's words are hostile: a slot is taken only when its header checks,
- * its length fits and its trailer repeats its seq; a consumed count beyond
- * what we wrote, an offer that does not fit, a second offer, or a SEND frame
- * whose earlier eager frame never came fail the link with a reason. */
+ * its length fits and its trailer repeats its seq, and never more than a
+ * ring of them unread; a consumed count beyond what we wrote, an offer that
+ * does not fit, a second offer, or a SEND frame whose earlier eager frame
+ * never came fail the link with a reason. */
 #include <endian.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -104,7 +107,7 @@ int eager_setup(struct xport *x)
     return 0;
 }
 
-/* The link is ready: offer our region (control block, and slots if any). */
+/* The link is ready: offer our region (its control block and slots). */
 int eager_ready(struct xport *x)
 {
     if (!x->eager.mr || x->eager.offered)
