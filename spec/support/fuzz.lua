@@ -44,11 +44,16 @@ function F.run(name, args, opts)
 end
 
 -- The inputs from seeds, then mutations of them, to `runs` inputs in all,
--- from a fixed seed of libFuzzer's own: the result of H.run.
+-- from a fixed seed of libFuzzer's own: the result of H.run. An input that
+-- fails is kept in build-fuzz/artifacts/ (libFuzzer's stderr names it), not
+-- in the directory the specs run in (the tree's root, where `git add -A`
+-- would take it).
 function F.fuzz(name, seeds, runs)
   local dir = F.seeds_dir(seeds)
+  local art = H.root .. "/build-fuzz/artifacts"
+  H.run("mkdir", { "-p", art })
   local r = F.run(name, { "-runs=" .. runs, "-seed=1", "-max_len=4096", "-rss_limit_mb=2048",
-    "-timeout=20", dir }, { timeout = 300 })
+    "-timeout=20", "-artifact_prefix=" .. art .. "/" .. name .. "-", dir }, { timeout = 300 })
   H.rmtree(dir)
   return r
 end
