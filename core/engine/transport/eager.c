@@ -107,29 +107,39 @@ int eager_setup(struct xport *x)
     return 0;
 }
 
+/* A control frame of ours (the offer, a wake-up) as an inline SEND: header
+ * {magic, len, seq} and len payload bytes from our stack. The region needs
+ * inline data anyway (eager frames are inline writes). */
+static int post_inline(struct xport *x, uint32_t magic, uint32_t seq, const uint8_t *payload,
+                       uint32_t len, const char *what)
+{
+    uint8_t f[TBRT_STRIDE_HDR + FRAME_EAGER_LEN];
+    frame_hdr_write(f, magic, len, seq);
+    if (len)
+        memcpy(f + TBRT_STRIDE_HDR, payload, len);
+    struct ibv_sge sge = {.addr = (uintptr_t)f, .length = TBRT_STRIDE_HDR + len,
+                          .lkey = x->send_mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = RDMA_INLINE_TAG, .sg_list = &sge, .num_sge = 1,
+                             .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE};
+    int rc = tbrt_post_send(x->qp, &wr, NULL);
+    if (rc)
+        return xport_fail(x, -rc, "post_send eager %s: %s", what, tbrt_dev_why(x->dev));
+    x->inline_count++;
+    return 0;
+}
+
 /* The link is ready: offer our region (its control block and slots). */
 int eager_ready(struct xport *x)
 {
-    if (!x->eager.mr || x->eager.offered)
+    if (!x->eager.mr || x->eager.offered || TBRT_STRIDE_HDR + FRAME_EAGER_LEN > x->max_inline)
         return 0;
-    uint8_t f[TBRT_STRIDE_HDR + FRAME_EAGER_LEN];
+    uint8_t o[FRAME_EAGER_LEN];
+    frame_region_write(o, (uintptr_t)x->eager.mem, x->eager.mr->rkey, x->eager.slots);
     /* seq 0: the offer is no frame of the stream (it goes before any) */
-    frame_hdr_write(f, FRAME_EAGER_MAGIC, FRAME_EAGER_LEN, 0);
-    frame_region_write(f + TBRT_STRIDE_HDR, (uintptr_t)x->eager.mem, x->eager.mr->rkey,
-                       x->eager.slots);
-    struct ibv_sge sge = {.addr = (uintptr_t)f, .length = sizeof f, .lkey = x->send_mr->lkey};
-    struct ibv_send_wr wr = {.wr_id = RDMA_INLINE_TAG, .sg_list = &sge, .num_sge = 1,
-                             .opcode = IBV_WR_SEND,
-                             .send_flags = IBV_SEND_SIGNALED |
-                                           (sizeof f <= x->max_inline ? IBV_SEND_INLINE : 0)};
-    if (!(wr.send_flags & IBV_SEND_INLINE))
-        return 0;               /* no inline data: no offer (a stack buffer cannot be posted) */
-    int rc = tbrt_post_send(x->qp, &wr, NULL);
-    if (rc)
-        return xport_fail(x, -rc, "post_send eager offer: %s", tbrt_dev_why(x->dev));
-    x->inline_count++;
-    x->eager.offered = true;
-    return 0;
+    int rc = post_inline(x, FRAME_EAGER_MAGIC, 0, o, sizeof o, "offer");
+    x->eager.offered = rc == 0;
+    return rc;
 }
 
 int eager_offer_in(struct xport *x, const uint8_t *payload, uint32_t len)
@@ -139,10 +149,10 @@ int eager_offer_in(struct xport *x, const uint8_t *payload, uint32_t len)
                           FRAME_EAGER_LEN);
     if (x->eager.peer_rkey || x->eager.peer_addr)
         return xport_fail(x, EPROTO, "recv: a second eager offer (a link offers once)");
-    if (x->framing != TBRT_FRAMING_VARIABLE || x->qp_type != IBV_QPT_RC)
-        return xport_fail(x, EPROTO, "recv: an eager offer on a link in %s framing over %s "
-                          "(eager frames need variable framing over RC)",
-                          framing_name(x->framing), dev_qp_type_name(x->qp_type));
+    /* (one in another framing never gets here: rdma.c names the mismatch) */
+    if (x->qp_type != IBV_QPT_RC)
+        return xport_fail(x, EPROTO, "recv: an eager offer on a link over %s (eager frames "
+                          "need RC)", dev_qp_type_name(x->qp_type));
     uint64_t addr;
     uint32_t rkey, slots;
     frame_region_read(payload, &addr, &rkey, &slots);
@@ -205,17 +215,9 @@ static int wake(struct xport *x)
     if (x->send_count + x->inline_count >= x->nbuf)
         return 0;
     x->eager.woke_at = x->eager.sent;
-    uint8_t f[TBRT_STRIDE_HDR];
-    frame_hdr_write(f, TBRT_SEG_MAGIC, 0, x->send_seq);
-    struct ibv_sge sge = {.addr = (uintptr_t)f, .length = sizeof f, .lkey = x->send_mr->lkey};
-    struct ibv_send_wr wr = {.wr_id = RDMA_INLINE_TAG, .sg_list = &sge, .num_sge = 1,
-                             .opcode = IBV_WR_SEND,
-                             .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE};
-    int rc = tbrt_post_send(x->qp, &wr, NULL);
-    if (rc)
-        return xport_fail(x, -rc, "post_send eager wake-up: %s", tbrt_dev_why(x->dev));
+    if (post_inline(x, TBRT_SEG_MAGIC, x->send_seq, NULL, 0, "wake-up"))
+        return -x->err;
     x->send_seq++;
-    x->inline_count++;
     x->stats.frames_sent++;
     x->stats.eager_wakes++;
     if (DBG_ON(DBG_FRAME))
@@ -374,21 +376,6 @@ int eager_poll(struct xport *x)
         x->inq_bytes += len;
     }
     return n;
-}
-
-/* A SEND frame of a later seq came: the eager frames before it must be in
- * our slots already. Takes what is there; the caller fails on a gap left. */
-int eager_catch_up(struct xport *x, uint32_t seq)
-{
-    while ((int32_t)(seq - x->recv_seq) > 0) {
-        uint32_t want = x->recv_seq;
-        int n = eager_poll(x);
-        if (n < 0)
-            return n;
-        if (x->recv_seq == want)
-            return 0;           /* not there either: the caller names the gap */
-    }
-    return 0;
 }
 
 const uint8_t *eager_data(const struct xport *x, const struct link_inq *q)

@@ -375,9 +375,10 @@ static int64_t tbrt_frame(struct xport *x, const uint8_t *at, const struct ibv_w
                               x->framing == TBRT_FRAMING_FIXED ? x->stride
                                                                : TBRT_STRIDE_HDR + len), -1;
     }
-    /* a later seq: the eager frames before it are in our slots (eager.c) */
+    /* a later seq: the eager frames before it are in our slots already
+     * (eager.c); what is not there is named as a gap below */
     if (seq != x->recv_seq && x->eager.slots && (int32_t)(seq - x->recv_seq) > 0 &&
-        eager_catch_up(x, seq))
+        eager_poll(x) < 0)
         return -1;
     if (seq != x->recv_seq)
         return xport_fail(x, EPROTO, "recv: frame seq %u != expected %u (a frame was %s on the "

@@ -274,7 +274,6 @@ int eager_offer_in(struct xport *x, const uint8_t *payload, uint32_t len);
 bool eager_fits(struct xport *x, uint32_t len);
 int eager_post(struct xport *x, const uint8_t *at, uint32_t len);
 int eager_poll(struct xport *x);
-int eager_catch_up(struct xport *x, uint32_t seq);
 const uint8_t *eager_data(const struct xport *x, const struct link_inq *q);
 int eager_consumed(struct xport *x);
 int eager_completion(struct xport *x, const struct ibv_wc *wc);
