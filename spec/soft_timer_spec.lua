@@ -99,13 +99,15 @@ end)
 
 describe("the soft device's alarm thread", function()
   -- a process of its own: other specs' devices live on in this one
-  it("starts with the first alarm and is gone when the last of the process's devices is closed", function()
+  it("starts when a CQ with a timer pending is armed, not while its owner polls, and is gone " ..
+    "when the last of the process's devices is closed", function()
     local H = require("helpers")
     local dir = H.tmpdir()
     local script = dir .. "/alarm_thread.lua"
     H.write_file(script, [[
       package.path = ]] .. string.format("%q", H.root .. "/spec/support/?.lua;") .. [[ .. package.path
       local uv = require("luv")
+      local core = require("tbrt.ffi")
       local V = require("verbs_helpers")
       local function threads()
         local n, it = 0, uv.fs_scandir("/proc/self/task")
@@ -113,23 +115,28 @@ describe("the soft device's alarm thread", function()
         return n
       end
       local before = threads()
-      -- an RNR NAK: the retry is the alarm thread's to time
+      -- an RNR NAK: while the sender polls, its polls run the retries
       local p = V.pair{ personality = "linux-rc", type = "RC", min_rnr_timer = 14, rnr_retry = 7 }
       assert(p.a:post_send{ mr = p.amr, len = 64, wr_id = 1 })
       assert(#assert(p.cq_a:wait(1, 0.05)) == 0)
-      local during = threads()
+      local polling = threads()
+      -- armed to sleep on its fd: now the retry is the alarm thread's to time
+      assert(core.C.tbrt_cq_arm(p.cq_a.c) == 0)
+      local armed = threads()
       assert(p.b:post_recv{ mr = p.bmr, len = 64, wr_id = 2 })
       assert(#assert(p.cq_a:wait(1, 2)) == 1)
       V.close(p)
       -- gone when the last close returns (it waited for the thread), not later
-      print(string.format("threads %d %d %d", before, during, threads()))
+      print(string.format("threads %d %d %d %d", before, polling, armed, threads()))
     ]])
     local r = H.run_tbrt({ script }, { timeout = 20 })
     H.rmtree(dir)
     assert.equal(0, r.code, H.describe(r))
-    local before, during, after = r.stdout:match("threads (%d+) (%d+) (%d+)")
+    local before, polling, armed, after = r.stdout:match("threads (%d+) (%d+) (%d+) (%d+)")
     assert.is_not_nil(before, H.describe(r))
-    assert.is_true(tonumber(during) > tonumber(before), "no thread started: " .. r.stdout)
+    assert.equal(tonumber(before), tonumber(polling), "a thread started for a CQ that was " ..
+      "polled, not armed: " .. r.stdout)
+    assert.is_true(tonumber(armed) > tonumber(before), "no thread started: " .. r.stdout)
     assert.equal(tonumber(before), tonumber(after), "a thread of ours outlived the last close")
   end)
 

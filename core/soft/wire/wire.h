@@ -53,7 +53,9 @@
  *     or an ACK timeout is due (or whatever the wire waits for expires), the
  *     wire makes the fd of the send queue's CQ readable if it is armed, so
  *     a program asleep on it polls, and the poll's turn (progress) runs the
- *     retry. One thread per process for every wire and device at most
+ *     retry (an owner that polls runs it at its own turn: the wire need
+ *     not wake anyone for a CQ not armed). One thread per process for every
+ *     wire and device at most
  *     (soft_alarm, alarm.h): nothing runs the device from it, it only rings;
  *     a wire that finds a peer's work waiting on a timer it cannot arm
  *     itself (shm: running a peer's queue that got an RNR NAK) wakes the

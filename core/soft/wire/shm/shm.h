@@ -519,6 +519,9 @@ struct soft_wire_cq {
     struct shm_doorbell *dbp;
     int fd;
     struct soft_alarm alarm;    /* a timer of one of its send queues rings it */
+    /* the earliest timer due while the CQ was not armed: handed to the alarm
+     * thread when it is (the owner's own polls run the retry until then) */
+    uint64_t due_ns;
 };
 
 /* Our receives of a queue (a QP's own or an SRQ's) as the owner reaps them:
@@ -678,8 +681,10 @@ void shm_event_arm(struct soft_wire *w);
 void shm_event_ack(struct soft_wire *w);
 void shm_ports_changed(struct soft_wire *w);
 void shm_cq_alarm_init(struct soft_wire_cq *c);
-/* Ring the CQ's doorbell at due_ns (or sooner if already set so). */
+/* Ring the CQ's doorbell at due_ns (or sooner if already set so), once the
+ * CQ is armed; shm_cq_alarm_armed hands a time kept till then over. */
 void shm_cq_alarm_at(struct soft_wire_cq *c, uint64_t due_ns);
+void shm_cq_alarm_armed(struct soft_wire_cq *c);
 
 /* shm_mem.c */
 int shm_mr_reg(struct soft_wire *w, void *addr, size_t len, uint64_t iova, uint32_t access,

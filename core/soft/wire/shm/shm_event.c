@@ -10,7 +10,14 @@
  *   CQ alarms       a send queue waiting for a timer (an RNR retry, an ACK
  *                   timeout) sets the alarm of its send CQ (soft_alarm): at
  *                   the due time the alarm thread rings that CQ's doorbell,
- *                   as a result would, and the owner's poll runs the retry. */
+ *                   as a result would, and the owner's poll runs the retry.
+ *                   Only a CQ that is armed needs it: an owner that polls
+ *                   runs the retry at its own turn (its queue is not quiet),
+ *                   so until it arms the time is only kept. A stream whose
+ *                   receiver reposts late meets a wait now and then; handing
+ *                   each one to the thread woke it (a futex, a context
+ *                   switch on a machine whose CPUs both ran the two ends)
+ *                   about twice a 4 MiB message for nothing. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -151,5 +158,24 @@ void shm_cq_alarm_init(struct soft_wire_cq *c) { c->alarm.ring = cq_alarm_ring; 
 
 void shm_cq_alarm_at(struct soft_wire_cq *c, uint64_t due_ns)
 {
-    soft_alarm_set(&c->alarm, due_ns);
+    if (!due_ns)
+        due_ns = 1;
+    /* armed (its owner sleeps, or is about to): the thread must ring it */
+    if (atomic_load_explicit(&c->dbp->armed, memory_order_relaxed)) {
+        soft_alarm_set(&c->alarm, due_ns);
+        return;
+    }
+    if (!c->due_ns || due_ns < c->due_ns)
+        c->due_ns = due_ns;
+}
+
+/* The owner armed the CQ (after the fence that pairs with shm_ring's). A
+ * time kept may be stale by now (the retry ran at a poll since): then the
+ * alarm rings once for nothing, and the owner looks and sleeps again. */
+void shm_cq_alarm_armed(struct soft_wire_cq *c)
+{
+    if (!c->due_ns)
+        return;
+    soft_alarm_set(&c->alarm, c->due_ns);
+    c->due_ns = 0;
 }

@@ -120,6 +120,7 @@ static void shm_cq_arm(struct soft_wire_cq *c)
     atomic_store(&c->dbp->armed, 1);
     /* pairs with the fence in shm_ring */
     atomic_thread_fence(memory_order_seq_cst);
+    shm_cq_alarm_armed(c);
 }
 
 /* Completions we made ourselves ring our own doorbell, as a peer's result
