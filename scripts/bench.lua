@@ -17,8 +17,12 @@
 --   (scripts/bench/figures_views.lua); 1..64 links and a ring of 8
 --   processes, plotted to build/scale.png (scripts/bench/figures_scale.lua).
 --
--- Prints one table (tbrt, anchor, ratio, target) and writes the figures as
--- JSON to build*/bench.json. Environment: TBRT_BENCH_RUNS (5),
+-- Prints one table (tbrt, anchor, ratio, the range of the rounds' ratios,
+-- target) and writes the figures, the table's rows and each round's figures
+-- as JSON to build*/bench.json. The range says how far to trust a ratio:
+-- on a VM whose host moves its vCPUs the same figure can halve from one
+-- minute to the next, and a target met by the median but not by the worst
+-- round is met on this machine only some of the time. Environment: TBRT_BENCH_RUNS (5),
 -- TBRT_BENCH_PERSONALITY (linux-rc: variable framing; apple-uc posts whole
 -- strides and is shown as an extra row).
 local cjson = require("cjson")
@@ -287,17 +291,34 @@ for _, row in ipairs(more_rows) do rows[#rows + 1] = row end
 
 print(string.format("\nload average %s at the start, %s at the end (%d CPUs): above ~0.5 the " ..
   "figures are taken on a busy machine", tostring(r.load_start), tostring(r.load_end), #uv.cpu_info()))
-print(string.format("%-42s %10s %10s  %-16s %7s  %s", "measure (" .. PERS .. ")", "tbrt", "anchor",
-  "anchor is", "ratio", "target"))
+-- the lowest and highest of a row's per-round ratios ("" for fewer than 2)
+local function range(list)
+  if not list or #list < 2 then return nil end
+  local lo, hi = math.huge, -math.huge
+  for _, v in ipairs(list) do lo, hi = math.min(lo, v), math.max(hi, v) end
+  return lo, hi
+end
+
+print(string.format("%-42s %10s %10s  %-16s %7s %11s  %s", "measure (" .. PERS .. ")", "tbrt",
+  "anchor", "anchor is", "ratio", "rounds", "target"))
+local json_rows = {}
 for _, row in ipairs(rows) do
   local q = row.ratio or ratio(row[2], row[3])   -- row.ratio: the median of paired runs
-  print(string.format("%-42s %10s %10s  %-16s %7s  %s", row[1], f(row[2]), f(row[3]), row[4],
-    f(q, "%.2f"), row[5] and check(q, row[6], row[5]) or "(information)"))
+  local lo, hi = range(row.ratios)
+  local verdict = row[5] and check(q, row[6], row[5]) or "(information)"
+  print(string.format("%-42s %10s %10s  %-16s %7s %11s  %s", row[1], f(row[2]), f(row[3]), row[4],
+    f(q, "%.2f"), lo and string.format("%.2f-%.2f", lo, hi) or "", verdict))
+  json_rows[#json_rows + 1] = { measure = row[1], tbrt = row[2], anchor = row[3],
+    anchor_is = row[4], ratio = q, ratio_min = lo, ratio_max = hi, cmp = row[5],
+    target = row[6], verdict = verdict }
 end
 
 local out = io.open(build .. "/bench.json", "w")
 if out then
   r.runs, r.personality = RUNS, PERS
+  r.table = json_rows
+  -- each round's figure of every group measured in rounds (false: none)
+  r.per_round = rounds.vals
   out:write(cjson.encode(r), "\n")
   out:close()
 end

@@ -91,6 +91,12 @@ describe("the bench's programs", function()
       assert.is_nil(r.never)
       assert.is_nil(rounds.paired("ours", "never"))
       assert.equal(0.5, rounds.paired("theirs", "ours"))
+      -- a row keeps each round's ratio (the table shows their range): only
+      -- rounds with both figures, in round order
+      local row = rounds.row("ours / flaky", "ours", "flaky", "flaky", ">=", 1)
+      assert.same({ 20, 10 / 3 }, row.ratios)   -- rounds 1 (20 / 1) and 3 (10 / 3)
+      assert.near((20 + 10 / 3) / 2, row.ratio, 1e-12)
+      assert.same({ "ours / flaky", 15, 2, "flaky", ">=", 1 }, { unpack(row, 1, 6) })
       assert.matches("# ours +15 %(4 runs%)", lines[1])
       assert.matches("# flaky +2 %(2 runs%)", lines[3])
       assert.matches("# never +NA: not installed", lines[4])

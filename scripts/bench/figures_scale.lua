@@ -119,7 +119,7 @@ return function(env)
       local b = runs_of[side][1] and runs_of[side][1][round]
       if a and b and a[k] and b[k] and b[k] ~= 0 then q[#q + 1] = a[k] / b[k] end
     end
-    return median(q)
+    return median(q), q
   end
 
   -- the curve, as a table
@@ -202,7 +202,8 @@ unset multiplot
   local c1, cn, l1, ln = at("c", 1), at("c", hi), at("lua", 1), at("lua", hi)
   local lbl = string.format("%d links / 1", hi)
   local function row(label, side, k, a, b, cmp, target)
-    return { label, a[k], b[k], "1 link", cmp, target, ratio = paired(side, k, hi) }
+    local q, list = paired(side, k, hi)
+    return { label, a[k], b[k], "1 link", cmp, target, ratio = q, ratios = list }
   end
   local ring1, hop1 = {}, {}
   for round = 1, runs do
@@ -220,10 +221,10 @@ unset multiplot
     row("scale Lua: memory per link, " .. lbl, "lua", "rss_kib", ln, l1, "<=", 1.5),
     row("scale Lua: setup per link, " .. lbl, "lua", "setup_ms", ln, l1, "<=", 1.5),
     { "ring of 8 processes: GB/s in all (C)", curve.ring and curve.ring.bw, c1.bw,
-      "2 procs, 1 link", nil, ratio = median(ring1) },
+      "2 procs, 1 link", nil, ratio = median(ring1), ratios = ring1 },
     -- 8 processes on this machine's CPUs: a hop waits for the CPU the
     -- waiters share (cpu_waiters.c), not only for the message
     { "ring of 8 procs: 8 B latency a hop, us (C)", curve.ring and curve.ring.lat_us,
-      c1.lat_us, "2 procs, 1 link", nil, ratio = median(hop1) },
+      c1.lat_us, "2 procs, 1 link", nil, ratio = median(hop1), ratios = hop1 },
   }
 end

@@ -188,7 +188,8 @@ return function(env)
         rows[#rows + 1] = { lat and ("soft UDP RC 8 B latency" .. tag .. ", us (netns)") or
           ("soft UDP RC " .. (pr[1] == "bw64" and "64 KiB" or "4 MiB") .. " bw" .. tag .. ", GB/s (netns)"),
           r[key], r[key .. "_anchor"], lat and "qperf udp_lat" or "qperf tcp_bw",
-          lat and "<=" or (pr[1] == "bw4m" and ">=" or nil), lat and 1.5 or 0.8, ratio = median(ratios) }
+          lat and "<=" or (pr[1] == "bw4m" and ">=" or nil), lat and 1.5 or 0.8, ratio = median(ratios),
+          ratios = ratios }
         if pr[7] then
           rows[#rows + 1] = { "  (qperf udp_bw 64000 B" .. tag .. ", GB/s)",
             r[key .. "_udp_bw"], r[key .. "_anchor"], "qperf tcp_bw", nil }

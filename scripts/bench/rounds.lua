@@ -10,9 +10,11 @@
 --       log(line): where each figure's "# label median (n runs)" goes (stderr)
 --   rounds.group({ {key, label, fn}, ... })   fn() -> number, or nil, why
 --       r[key] = the median of its runs (nil when none gave a figure)
---   rounds.paired(a, b) -> the median of a/b over rounds with both, or nil
+--   rounds.paired(a, b) -> the median of a/b over rounds with both, or nil;
+--       and the list of those ratios
 --   rounds.row(label, a, b, anchor_is, cmp, target) -> a row of bench.lua's
 --       table: figures a (tbrt's) and b (the anchor's), their paired ratio
+--       (ratio =) and each round's (ratios =: the table shows their range)
 --   rounds.median(list)
 local function median(list)
   local t = {}
@@ -53,11 +55,12 @@ return function(r, runs, log)
       local x, y = vals[a] and vals[a][i], vals[b] and vals[b][i]
       if x and y and y ~= 0 then q[#q + 1] = x / y end
     end
-    return median(q)
+    return median(q), q
   end
 
   function self.row(label, a, b, is, cmp, target)
-    return { label, r[a], r[b], is, cmp, target, ratio = self.paired(a, b) }
+    local q, list = self.paired(a, b)
+    return { label, r[a], r[b], is, cmp, target, ratio = q, ratios = list }
   end
 
   return self
