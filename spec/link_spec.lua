@@ -189,4 +189,35 @@ describe("links", function()
     assert.matches("^EINVAL: link %d+: nbuf 1 out of range 2..4096", xerr)
     if y then y:close() end
   end))
+
+  -- the bounded spin a wait loop of its own (Lua's recv_into) starts with
+  it("tbrt_link_recv_looking looks again while nothing came, as often as asked and no more, "
+    .. "and counts one EAGAIN a call", L.async(function()
+    local C = require("tbrt.ffi").C
+    local cjson = require("cjson")
+    local opts = { personality = "linux-rc" }
+    local srv = assert(tbrt.listen("127.0.0.1", 0, opts))
+    local peer = L.spawn_peer({ "echo", srv.port, cjson.encode(opts), 64 })
+    local l = assert(srv:accept(20))
+    srv:close()
+    local buf = ffi.new("uint8_t[64]")
+    -- nothing sent yet, so nothing comes back: EAGAIN whatever the looks
+    for _, looks in ipairs({ 0, 1000 }) do
+      local e0 = l:stats().eagain
+      assert.equal(-11, tonumber(C.tbrt_link_recv_looking(l._l, buf, 64, looks)))
+      assert.equal(e0 + 1, l:stats().eagain, "one call, one EAGAIN (" .. looks .. " looks)")
+    end
+    -- the echo comes from the other process some time after the send (a
+    -- recv at once would miss it): enough looks (about a second's worth, a
+    -- bound for a slow machine) find it, without any wait of Lua's
+    assert(l:send(L.pattern(64, 64), 64))
+    assert(l:flush())
+    local got = tonumber(C.tbrt_link_recv_looking(l._l, buf, 64, 10000000))
+    assert.equal(64, got, got < 0 and ffi.string(C.tbrt_link_why(l._l)) or nil)
+    assert.is_nil(L.check(buf, 64, 64))
+    local r = peer:wait(20)
+    assert.equal(0, r.code, r.stderr)
+    assert.equal(-22, tonumber(C.tbrt_link_recv_looking(nil, buf, 64, 1)))   -- EINVAL
+    assert(l:close())
+  end))
 end)

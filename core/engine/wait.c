@@ -2,7 +2,8 @@
  * the CPU instead while the peer process runs on ours), then arm the
  * completion queue and sleep on its fd and the bootstrap socket, never past
  * the deadline; the blocking calls for plain C callers built on it
- * (activate_wait, send_all, recv_all, recv_some, the drain before close);
+ * (activate_wait, send_all, recv_all, recv_some, the drain before close),
+ * and recv_looking, a bounded spin for callers with a wait loop of their own;
  * and what a wait that ran out says to check (tbrt_link_timed_out). */
 #include <errno.h>
 #include <linux/sockios.h>
@@ -370,6 +371,19 @@ intptr_t tbrt_link_recv_all(tbrt_link *l, void *buf, size_t len, double timeout)
 intptr_t tbrt_link_recv_some(tbrt_link *l, void *buf, size_t len, double timeout)
 {
     return recv_wait(l, buf, len, timeout, true);
+}
+
+intptr_t tbrt_link_recv_looking(tbrt_link *l, void *buf, size_t len, unsigned looks)
+{
+    if (!l)
+        return -EINVAL;
+    uint64_t eagain = l->x.stats.eagain;
+    intptr_t r = tbrt_link_recv(l, buf, len);
+    for (unsigned i = 0; r == -EAGAIN && i < looks; i++)
+        r = tbrt_link_recv(l, buf, len);
+    if (r == -EAGAIN)
+        l->x.stats.eagain = eagain + 1;     /* one call */
+    return r;
 }
 
 static bool cond_idle(tbrt_link *l, void *arg)

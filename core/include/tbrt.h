@@ -484,6 +484,12 @@ int tbrt_link_mem_dereg(tbrt_link *l, void *addr);
 intptr_t tbrt_link_send_all(tbrt_link *l, const void *buf, size_t len, double timeout);
 intptr_t tbrt_link_recv_all(tbrt_link *l, void *buf, size_t len, double timeout);
 intptr_t tbrt_link_recv_some(tbrt_link *l, void *buf, size_t len, double timeout);
+/* tbrt_link_recv, looking again (each look a turn of progress, as a recv
+ * that finds nothing takes) up to `looks` more times while nothing came;
+ * never sleeps, and counts one -EAGAIN in stats. For callers whose own wait
+ * loop costs more than a look: the Lua binding spins here first, so a
+ * message that comes within a few looks is found without leaving C. */
+intptr_t tbrt_link_recv_looking(tbrt_link *l, void *buf, size_t len, unsigned looks);
 
 /* ---- zero-copy views -------------------------------------------------- */
 

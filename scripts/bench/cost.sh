@@ -8,8 +8,10 @@
 # trip (both ends in one process, so both ends' work) with 1 and 64 links
 # open, an 8 B message's path in its two halves (the sender's send + flush,
 # the receiver's recv that finds it), one idle look (what a waiting
-# receiver repeats), and one link's setup (both ends) as the 1st, 2nd and
-# 64th link.
+# receiver repeats), one link's setup (both ends) as the 1st, 2nd and
+# 64th link, and the 8 B round trip driven from Lua (scripts/bench/cost_lua.lua:
+# the same as the C one but through the Lua API; JIT code has no names for
+# callgrind, so it is the difference between a run of N and one of 2N).
 set -eu
 B=${1:-build}
 own_fabric=${TBRT_SOFT_FABRIC:+no}
@@ -51,3 +53,15 @@ done
 for links in 1 2 64; do
   echo "setup_${links}links $(ir cost_setup soft "$PERS" setup 0 0 "$links")"
 done
+# Lua: whole runs of N and 2 N round trips (JIT code runs under callgrind
+# with --smc-check: LuaJIT patches its traces when it links them)
+total() {
+  valgrind --tool=callgrind --smc-check=all-non-file --callgrind-out-file="$T/out" \
+    "$B/tbrt" "$(dirname "$0")/cost_lua.lua" soft "$PERS" "$@" >"$T/stdout" 2>"$T/stderr" ||
+    { cat "$T/stderr" >&2; return 1; }
+  awk '/^summary:/{print $2}' "$T/out"
+}
+LN=10000
+v1=$(total 8 "$LN")
+v2=$(total 8 $((2 * LN)))
+echo "lua_round_trip_8b_1links $(( (v2 - v1) / LN ))"
