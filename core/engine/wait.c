@@ -381,8 +381,8 @@ intptr_t tbrt_link_recv_looking(tbrt_link *l, void *buf, size_t len, unsigned lo
     intptr_t r = tbrt_link_recv(l, buf, len);
     for (unsigned i = 0; r == -EAGAIN && i < looks; i++)
         r = tbrt_link_recv(l, buf, len);
-    if (r == -EAGAIN)
-        l->x.stats.eagain = eagain + 1;     /* one call */
+    if (l->x.stats.eagain > eagain)
+        l->x.stats.eagain = eagain + 1;     /* one call, however many looks */
     return r;
 }
 
