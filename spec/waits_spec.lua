@@ -3,7 +3,8 @@
 -- flush cannot be seen from here); a recv on a link whose own bytes are
 -- still unsent, or whose frames the peer has not taken, says so; the
 -- readiness wait asks whether the other end activates; callers that wait
--- themselves get the same messages (tbrt_link_timed_out). (The caps
+-- themselves get the same messages (tbrt_link_timed_out); a flush the
+-- socket has no room for says EAGAIN, and flush_all waits for it. (The caps
 -- exchange that got 0 bytes is in quickstart_spec.lua.)
 local ffi = require("ffi")
 local tbrt = require("tbrt")
@@ -74,6 +75,39 @@ describe("a wait that times out", function()
       "and %d+ frames this link sent are not taken by the peer yet %(its receives are not posted: " ..
       "it is not reading%)", why(a))
     a:close() ; b:close()
+  end))
+
+  it("on a flush the socket has no room for (tcp): flush says EAGAIN, flush_all waits for the " ..
+    "peer's reads, and says what to check when they do not come", L.async(function()
+    local cjson = require("cjson")
+    local opts = { device = "tcp", timeout = 5 }
+    local srv = assert(tbrt.listen("127.0.0.1", 0, opts))
+    local peer = L.spawn_peer({ "sink", srv.port, cjson.encode(opts) })
+    local l = assert(srv:accept(20))
+    srv:close()
+    assert(peer:expect("ready", 20))
+    peer:kill("sigstop")              -- its kernel still answers; it reads nothing
+    assert.is_true(fill(l) > 0)
+    -- the kernel grows the buffers for a moment: full is when a while later
+    -- it still takes nothing
+    for _ = 1, 50 do
+      task.sleep(0.2)
+      if fill(l) == 0 then break end
+    end
+    local small = ffi.new("uint8_t[100]")
+    assert.equal(100, tonumber(C.tbrt_link_send(l._l, small, 100)))   -- coalesced
+    assert.equal(-11, C.tbrt_link_flush(l._l))
+    assert.equal(ETIMEDOUT, C.tbrt_link_flush_all(l._l, 0.2))
+    assert.matches("^link %d+: flush: 100 bytes not written within 0%.2 s %(the call's timeout%): " ..
+      "the peer is alive %(it was not reported gone within the liveness bound%) but not reading",
+      why(l))
+    assert.equal("ready", l:info().state, "a timeout does not break the link")
+    peer:kill("sigcont")              -- it reads again: the flush goes through
+    assert.equal(0, C.tbrt_link_flush_all(l._l, 20))
+    assert.equal(0, C.tbrt_link_inflight(l._l))
+    assert.equal(0, C.tbrt_link_flush_all(l._l, 0))   -- nothing to flush: at once
+    peer:kill("sigkill")
+    l:close()
   end))
 
   it("waiting for readiness asks whether the other end activates", L.async(function()

@@ -2,7 +2,8 @@
  * the CPU instead while the peer process runs on ours), then arm the
  * completion queue and sleep on its fd and the bootstrap socket, never past
  * the deadline; the blocking calls for plain C callers built on it
- * (activate_wait, send_all, recv_all, recv_some, the drain before close),
+ * (activate_wait, send_all, flush_all, recv_all, recv_some, the drain
+ * before close),
  * and recv_looking, a bounded spin for callers with a wait loop of their own;
  * and what a wait that ran out says to check (tbrt_link_timed_out). */
 #include <errno.h>
@@ -324,6 +325,49 @@ intptr_t tbrt_link_send_all(tbrt_link *l, const void *buf, size_t len, double ti
     if (rc == -ETIMEDOUT)
         rc = tbrt_link_timed_out(l, TBRT_WAIT_SEND, a.done, len, t);
     return op_done(l, "send_all", len, rc ? rc : a.rc ? a.rc : (intptr_t)a.done, t0);
+}
+
+static bool cond_flush(tbrt_link *l, void *arg)
+{
+    int *rc = arg;
+    *rc = tbrt_link_flush(l);
+    return *rc != -EAGAIN;
+}
+
+/* Bytes a flush has still to move: the stride being filled, or (tcp) the
+ * coalesced bytes not yet in the socket. */
+static size_t unflushed(tbrt_link *l)
+{
+    return l->x.dev ? (l->x.pend_buf >= 0 ? l->x.pend_len : 0) : l->x.tcp_len;
+}
+
+/* TBRT_DEBUG=2's line (the bytes moved, or the error); 0 or the error. */
+static int flush_done(tbrt_link *l, size_t pending, int rc, double t0)
+{
+    op_done(l, "flush_all", pending, rc ? rc : (intptr_t)pending, t0);
+    return rc;
+}
+
+int tbrt_link_flush_all(tbrt_link *l, double timeout)
+{
+    if (!l)
+        return -EINVAL;
+    double t0 = DBG_ON(DBG_OP) ? now_s() : 0, t = pick_timeout(l, timeout);
+    size_t pending = unflushed(l);
+    int rc;
+    if (cond_flush(l, &rc))
+        return flush_done(l, pending, rc, t0);
+    int w = link_wait(l, cond_flush, &rc, t, true);
+    if (w == -ETIMEDOUT) {
+        char ours[160];
+        ours_waiting(l, ours, sizeof ours);
+        w = link_note(l, ETIMEDOUT, "flush: %zu bytes not %s within %.3g s (the call's "
+                      "timeout): the peer is alive (it was not reported gone within the "
+                      "liveness bound) but not reading: stopped, busy, or waiting for this end "
+                      "to read first?%s%s", unflushed(l), l->x.dev ? "posted" : "written", t,
+                      ours[0] ? " " : "", ours);
+    }
+    return flush_done(l, pending, w ? w : rc, t0);
 }
 
 static bool cond_recv(tbrt_link *l, void *arg)

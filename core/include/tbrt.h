@@ -449,7 +449,10 @@ int tbrt_link_activate_wait(tbrt_link *l, const uint8_t *peer_caps, size_t len);
  * link's error. */
 intptr_t tbrt_link_send(tbrt_link *l, const void *buf, size_t len);
 intptr_t tbrt_link_recv(tbrt_link *l, void *buf, size_t len);
-/* Post the partly filled stride (call at every message boundary). */
+/* Post the partly filled stride (call at every message boundary): 0, or
+ * -EAGAIN when it cannot go yet (every stride's send in flight; tcp: the
+ * socket's buffer is full, the peer not reading fast enough), then progress
+ * and flush again (or tbrt_link_flush_all), or an error. */
 int tbrt_link_flush(tbrt_link *l);
 /* Reap completions and check liveness; returns completions reaped. */
 int tbrt_link_progress(tbrt_link *l);
@@ -484,6 +487,9 @@ int tbrt_link_mem_dereg(tbrt_link *l, void *addr);
 intptr_t tbrt_link_send_all(tbrt_link *l, const void *buf, size_t len, double timeout);
 intptr_t tbrt_link_recv_all(tbrt_link *l, void *buf, size_t len, double timeout);
 intptr_t tbrt_link_recv_some(tbrt_link *l, void *buf, size_t len, double timeout);
+/* tbrt_link_flush until what was sent is posted (tcp: written to the
+ * socket): 0, -ETIMEDOUT (saying so), or the link's error. */
+int tbrt_link_flush_all(tbrt_link *l, double timeout);
 /* tbrt_link_recv, looking again (each look a turn of progress, as a recv
  * that finds nothing takes) up to `looks` more times while nothing came;
  * never sleeps, and counts one -EAGAIN in stats. For callers whose own wait

@@ -103,19 +103,7 @@ tbrt_link *bench_link(int fd, const char *dev, const char *pers)
 
 void bench_flush(tbrt_link *l)
 {
-    double deadline = bench_now() + BENCH_TIMEOUT;
-    int rc;
-    while ((rc = tbrt_link_flush(l)) == -EAGAIN) {
-        if (bench_now() > deadline)
-            bench_die("flush: the socket stayed full", l);
-        if (tbrt_link_progress(l) < 0)
-            bench_die("flush", l);
-        int fds[2], n = tbrt_link_fds(l, fds, 2);
-        struct pollfd p = {.fd = fds[0], .events = POLLOUT};
-        if (n > 0)
-            poll(&p, 1, 1);
-    }
-    if (rc)
+    if (tbrt_link_flush_all(l, BENCH_TIMEOUT))
         bench_die("flush", l);
 }
 

@@ -110,7 +110,7 @@ static void serve(tbrt_link *l, const char *mode, size_t n, long iters, uint8_t 
             if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
                 die("peer warm-up", l);
         uint8_t ack = 1;
-        if (tbrt_link_send_all(l, &ack, 1, 60) != 1 || tbrt_link_flush(l))
+        if (tbrt_link_send_all(l, &ack, 1, 60) != 1 || tbrt_link_flush_all(l, 60))
             die("peer warm-up ack", l);
     }
     for (long i = 0; i < iters; i++) {
@@ -121,13 +121,13 @@ static void serve(tbrt_link *l, const char *mode, size_t n, long iters, uint8_t 
             memcpy(want, &idx, 8);
         check(buf, want, n, idx);
         if (!is_bw) {
-            if (tbrt_link_send_all(l, buf, n, 60) != (intptr_t)n || tbrt_link_flush(l))
+            if (tbrt_link_send_all(l, buf, n, 60) != (intptr_t)n || tbrt_link_flush_all(l, 60))
                 die("peer send", l);
         }
     }
     if (is_bw) {
         uint8_t ack = 1;
-        if (tbrt_link_send_all(l, &ack, 1, 60) != 1 || tbrt_link_flush(l))
+        if (tbrt_link_send_all(l, &ack, 1, 60) != 1 || tbrt_link_flush_all(l, 60))
             die("peer ack", l);
     }
     tbrt_link_close(l);
@@ -194,7 +194,7 @@ int main(int argc, char **argv)
             uint64_t idx = (uint64_t)i;
             if (n >= 8)
                 memcpy(want, &idx, 8);
-            if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n || tbrt_link_flush(l))
+            if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n || tbrt_link_flush_all(l, 60))
                 die("send", l);
             if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
                 die("recv", l);
@@ -215,7 +215,7 @@ int main(int argc, char **argv)
             if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n)
                 die("warm-up", l);
         uint8_t wack;
-        if (tbrt_link_flush(l) || tbrt_link_recv_all(l, &wack, 1, 60) != 1)
+        if (tbrt_link_flush_all(l, 60) || tbrt_link_recv_all(l, &wack, 1, 60) != 1)
             die("warm-up ack", l);
         t0 = now();
         for (long i = 0; i < iters; i++) {
@@ -225,7 +225,7 @@ int main(int argc, char **argv)
             if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n)
                 die("send", l);
         }
-        if (tbrt_link_flush(l))
+        if (tbrt_link_flush_all(l, 60))
             die("flush", l);
         uint8_t ack;
         if (tbrt_link_recv_all(l, &ack, 1, 60) != 1)
