@@ -38,6 +38,7 @@ struct flow {
     uint8_t *buf;               /* receiving: where the message goes */
     size_t off;                 /* bytes of the current message done */
     long done, total;           /* messages */
+    bool unflushed;             /* sending: the last message's stride not yet posted */
 };
 
 /* Nothing moved on any link: arm them all and sleep on their fds (1 ms at
@@ -62,8 +63,18 @@ static void wait_links(tbrt_link **ls, int n)
 /* One turn of sending on f: true when it moved bytes. */
 static bool send_turn(struct flow *f, const uint8_t *want, size_t n)
 {
-    if (f->done == f->total)
-        return false;
+    if (f->done == f->total) {
+        /* the last stride must go (the peer waits for it; in a ring, for
+         * it before it sends us the rest of ours): its flush again, until
+         * the ring has room */
+        if (!f->unflushed)
+            return false;
+        int rc = tbrt_link_flush(f->l);
+        if (rc && rc != -EAGAIN)
+            bench_die("flush", f->l);
+        f->unflushed = rc != 0;
+        return rc == 0 || tbrt_link_progress(f->l) > 0;
+    }
     if (f->off == 0)
         bench_stamp((uint8_t *)want, n, (uint64_t)f->done);
     intptr_t r = tbrt_link_send(f->l, want + f->off, n - f->off);
@@ -74,10 +85,12 @@ static bool send_turn(struct flow *f, const uint8_t *want, size_t n)
     f->off += (size_t)r;
     if (f->off == n) {
         f->off = 0;
-        /* the last one: post the stride it ends in (a peer may wait for it) */
+        /* the last one: post the stride it ends in (a peer may wait for it;
+         * no room now: the next turns try again) */
         int rc = ++f->done == f->total ? tbrt_link_flush(f->l) : 0;
         if (rc && rc != -EAGAIN)
             bench_die("flush", f->l);
+        f->unflushed = rc == -EAGAIN;
     }
     return true;
 }
