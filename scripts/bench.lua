@@ -165,7 +165,9 @@ io.stderr:write(string.format("# tbrt bench: %d runs each, soft personality %s, 
   PERS, #uv.cpu_info()))
 local r = { load_start = loadavg() }
 -- in rounds: each figure of a group once a round, back to back, so a
--- figure and its anchor are taken a few seconds apart (scripts/bench/rounds.lua)
+-- figure and its anchor are taken a few seconds apart; the anchors
+-- (ucx_perftest, qperf) bracket their round, taken first and last, the
+-- round's anchor figure the mean of the two (scripts/bench/rounds.lua)
 local rounds = dofile(root .. "/scripts/bench/rounds.lua")(r, RUNS)
 rounds.group({
   { "c_lat", "tbrt soft C lat 8 B", c_bench("soft", PERS, "lat", 8, 20000) },
@@ -175,7 +177,7 @@ rounds.group({
   { "lua_lat", "tbrt soft Lua lat 8 B", lua_bench("soft", PERS, "lat", 8, 20000) },
   { "apple_lat", "tbrt soft apple-uc C lat 8 B", c_bench("soft", "apple-uc", "lat", 8, 20000) },
   { "pt_lat", "perftest ib_send_lat 8 B (tbrt exec)", perftest("ib_send_lat", 8, 20000) },
-  { "ucx_lat", "ucx_perftest sm tag_lat 8 B", ucx("tag_lat", 8, 100000) },
+  { "ucx_lat", "ucx_perftest sm tag_lat 8 B", ucx("tag_lat", 8, 100000), bracket = true },
 })
 -- streaming at one size: C and Lua, from plain and registered memory, one
 -- more tbrt figure (perftest, apple-uc), and ucx_perftest
@@ -188,7 +190,8 @@ local function stream_group(size, iters, tag, what, extra)
     { "lua_reg" .. tag, "tbrt soft Lua bw " .. what .. " registered",
       lua_bench("soft", PERS, "bw", size, iters, "--register") },
     extra,
-    { "ucx_bw" .. tag, "ucx_perftest sm tag_bw " .. what, ucx("tag_bw", size, iters) },
+    { "ucx_bw" .. tag, "ucx_perftest sm tag_bw " .. what, ucx("tag_bw", size, iters),
+      bracket = true },
   })
 end
 stream_group(65536, 20000, "64", "64 KiB",
@@ -197,9 +200,9 @@ stream_group(4194304, 300, "4m", "4 MiB",
   { "apple_bw4m", "tbrt soft apple-uc C bw 4 MiB", c_bench("soft", "apple-uc", "bw", 4194304, 300) })
 rounds.group({
   { "tcp_bw64", "tbrt tcp C bw 64 KiB", c_bench("tcp", nil, "bw", 65536, 20000) },
-  { "qperf_bw64", "qperf tcp_bw 64 KiB", qperf("tcp_bw", 65536) },
+  { "qperf_bw64", "qperf tcp_bw 64 KiB", qperf("tcp_bw", 65536), bracket = true },
   { "tcp_bw4m", "tbrt tcp C bw 4 MiB", c_bench("tcp", nil, "bw", 4194304, 300) },
-  { "qperf_bw4m", "qperf tcp_bw 4 MiB", qperf("tcp_bw", 4194304) },
+  { "qperf_bw4m", "qperf tcp_bw 4 MiB", qperf("tcp_bw", 4194304), bracket = true },
 })
 
 -- 8 B latency on a busy machine (a CI runner, a build beside it): two
@@ -219,7 +222,8 @@ do
   local stop = busy_loops(2)
   rounds.group({
     { "busy_c_lat", "tbrt soft C lat 8 B, 2 busy loops", c_bench("soft", PERS, "lat", 8, 5000) },
-    { "busy_ucx_lat", "ucx_perftest sm tag_lat 8 B, 2 busy loops", ucx("tag_lat", 8, 20000) },
+    { "busy_ucx_lat", "ucx_perftest sm tag_lat 8 B, 2 busy loops", ucx("tag_lat", 8, 20000),
+      bracket = true },
   })
   stop()
 end

@@ -101,4 +101,39 @@ describe("the bench's programs", function()
       assert.matches("# flaky +2 %(2 runs%)", lines[3])
       assert.matches("# never +NA: not installed", lines[4])
     end)
+
+  it("take an anchor twice a round, first and last, its figure the mean of the two", function()
+    local r, order = {}, {}
+    local rounds = dofile(H.root .. "/scripts/bench/rounds.lua")(r, 2, function() end)
+    -- the machine slows down through each round: 10, 9, 8, ... a take
+    local speed = 11
+    local function take(name)
+      return function()
+        speed = speed - 1
+        order[#order + 1] = name
+        return speed
+      end
+    end
+    rounds.group({
+      { "ours", "ours", take("ours") },
+      { "anchor", "anchor", take("anchor"), bracket = true },
+      { "other", "other", take("other") },
+    })
+    -- each round: the anchor, then the others in order, then the anchor
+    assert.same({ "anchor", "ours", "other", "anchor", "anchor", "ours", "other", "anchor" }, order)
+    -- round 1: anchor (10 + 7) / 2, ours 9; round 2: anchor (6 + 3) / 2, ours 5
+    assert.same({ 8.5, 4.5 }, rounds.vals.anchor)
+    assert.same({ 9, 5 }, rounds.vals.ours)
+    assert.same({ 9 / 8.5, 5 / 4.5 }, select(2, rounds.paired("ours", "anchor")))
+    -- an anchor that gave no figure on either take gives none for its round
+    local fails = 0
+    rounds.group({
+      { "flaky_anchor", "flaky", function()
+        fails = fails + 1
+        if fails == 2 then return nil, "gone" end
+        return 1
+      end, bracket = true },
+    })
+    assert.same({ false, 1 }, rounds.vals.flaky_anchor)
+  end)
 end)

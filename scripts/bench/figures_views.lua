@@ -64,7 +64,8 @@ return function(env)
     { "lua_view4m", "tbrt soft Lua stream views 4 MiB", stream(stream_lua, "soft", P, "view", 4194304, 300) },
   })
   rounds({
-    { "qperf_stream4m", "qperf tcp_bw 4 MiB (paired)", env.qperf("tcp_bw", 4194304) },
+    { "qperf_stream4m", "qperf tcp_bw 4 MiB (paired)", env.qperf("tcp_bw", 4194304),
+      bracket = true },
     { "tcp_copy4m", "tbrt tcp C stream copies 4 MiB", stream(stream_c, "tcp", nil, "copy", 4194304, 300) },
     { "tcp_spin4m", "tbrt tcp C stream, spin 50 us, 4 MiB",
       stream(stream_c, "tcp", nil, "copy", 4194304, 300, "TBRT_BENCH_SPIN=50e-6 ") },

@@ -8,8 +8,13 @@
 --
 --   local rounds = dofile("scripts/bench/rounds.lua")(r, runs [, log])
 --       log(line): where each figure's "# label median (n runs)" goes (stderr)
---   rounds.group({ {key, label, fn}, ... })   fn() -> number, or nil, why
---       r[key] = the median of its runs (nil when none gave a figure)
+--   rounds.group({ {key, label, fn [, bracket = true]}, ... })
+--       fn() -> number, or nil, why; r[key] = the median of its runs (nil
+--       when none gave a figure). A bracketing figure (an anchor) is taken
+--       twice a round, first and last, and the round's figure is the mean of
+--       the two: every figure of the round then lies between its anchor's
+--       two takes, and a machine that changed speed during the round moves
+--       both sides of a ratio alike.
 --   rounds.paired(a, b) -> the median of a/b over rounds with both, or nil;
 --       and the list of those ratios
 --   rounds.row(label, a, b, anchor_is, cmp, target) -> a row of bench.lua's
@@ -33,11 +38,23 @@ return function(r, runs, log)
   function self.group(list)
     local why = {}
     for _, m in ipairs(list) do vals[m[1]] = {} end
+    local function take(m, i, v, w)
+      vals[m[1]][i] = v or false
+      if not v then why[m[1]] = w end
+    end
     for i = 1, runs do
+      local first = {}
       for _, m in ipairs(list) do
-        local v, w = m[3]()
-        vals[m[1]][i] = v or false
-        if not v then why[m[1]] = w end
+        if m.bracket then first[m] = { m[3]() } end
+      end
+      for _, m in ipairs(list) do
+        if not m.bracket then take(m, i, m[3]()) end
+      end
+      for _, m in ipairs(list) do
+        if m.bracket then
+          local a, b, w = first[m][1], m[3]()
+          take(m, i, a and b and (a + b) / 2 or nil, w or first[m][2])
+        end
       end
     end
     for _, m in ipairs(list) do
