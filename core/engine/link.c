@@ -546,7 +546,7 @@ int tbrt_link_flush(tbrt_link *l)
     int rc = link_usable(l, "flush");
     if (rc || (rc = views_busy_send(l, "flush")) != 0)
         return rc;
-    size_t pending = l->x.dev ? (l->x.pend_buf >= 0 ? l->x.pend_len : 0) : l->x.tcp_len;
+    size_t pending = link_unflushed(l);
     rc = (int)link_took(l, l->t->flush(&l->x));
     if (pending && DBG_ON(DBG_OP))
         dbg_line(l->id, "flush: %zu bytes %s", pending,

@@ -84,6 +84,12 @@ static inline intptr_t link_took(tbrt_link *l, intptr_t rc)
 }
 /* The transport's progress, then the liveness check every 64th call. */
 int link_progress(tbrt_link *l);
+/* Bytes a flush has still to move: the stride being filled, or (tcp) the
+ * coalesced bytes not yet in the socket. */
+static inline size_t link_unflushed(const tbrt_link *l)
+{
+    return l->x.dev ? (l->x.pend_buf >= 0 ? l->x.pend_len : 0) : l->x.tcp_len;
+}
 
 /* liveness.c: the bootstrap socket as the liveness anchor */
 int link_socket_setup(tbrt_link *l, char *err, size_t errlen);

@@ -334,13 +334,6 @@ static bool cond_flush(tbrt_link *l, void *arg)
     return *rc != -EAGAIN;
 }
 
-/* Bytes a flush has still to move: the stride being filled, or (tcp) the
- * coalesced bytes not yet in the socket. */
-static size_t unflushed(tbrt_link *l)
-{
-    return l->x.dev ? (l->x.pend_buf >= 0 ? l->x.pend_len : 0) : l->x.tcp_len;
-}
-
 /* TBRT_DEBUG=2's line (the bytes moved, or the error); 0 or the error. */
 static int flush_done(tbrt_link *l, size_t pending, int rc, double t0)
 {
@@ -356,7 +349,7 @@ int tbrt_link_flush_all(tbrt_link *l, double timeout)
      * it goes at once (the debug line's figures only when asked for) */
     bool dbg = DBG_ON(DBG_OP);
     double t0 = dbg ? now_s() : 0;
-    size_t pending = dbg ? unflushed(l) : 0;
+    size_t pending = dbg ? link_unflushed(l) : 0;
     int rc;
     if (cond_flush(l, &rc))
         return dbg ? flush_done(l, pending, rc, t0) : rc;
@@ -368,7 +361,7 @@ int tbrt_link_flush_all(tbrt_link *l, double timeout)
         w = link_note(l, ETIMEDOUT, "flush: %zu bytes not %s within %.3g s (the call's "
                       "timeout): the peer is alive (it was not reported gone within the "
                       "liveness bound) but not reading: stopped, busy, or waiting for this end "
-                      "to read first?%s%s", unflushed(l), l->x.dev ? "posted" : "written", t,
+                      "to read first?%s%s", link_unflushed(l), l->x.dev ? "posted" : "written", t,
                       ours[0] ? " " : "", ours);
     }
     return flush_done(l, pending, w ? w : rc, t0);
@@ -441,6 +434,8 @@ intptr_t tbrt_link_recv_looking(tbrt_link *l, void *buf, size_t len, unsigned lo
         return -EINVAL;
     uint64_t eagain = l->x.stats.eagain;
     intptr_t r = tbrt_link_recv(l, buf, len);
+    if (!l->x.dev)
+        looks = 0;              /* tcp: a look is a system call */
     for (unsigned i = 0; r == -EAGAIN && i < looks; i++)
         r = tbrt_link_recv(l, buf, len);
     if (l->x.stats.eagain > eagain)

@@ -492,7 +492,8 @@ intptr_t tbrt_link_recv_some(tbrt_link *l, void *buf, size_t len, double timeout
 int tbrt_link_flush_all(tbrt_link *l, double timeout);
 /* tbrt_link_recv, looking again (each look a turn of progress, as a recv
  * that finds nothing takes) up to `looks` more times while nothing came;
- * never sleeps, and counts one -EAGAIN in stats. For callers whose own wait
+ * never sleeps (on the tcp link, whose look is a system call, it looks
+ * once), and counts one -EAGAIN in stats. For callers whose own wait
  * loop costs more than a look: the Lua binding spins here first, so a
  * message that comes within a few looks is found without leaving C. */
 intptr_t tbrt_link_recv_looking(tbrt_link *l, void *buf, size_t len, unsigned looks);

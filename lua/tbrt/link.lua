@@ -57,8 +57,8 @@ M.now = now
 local EAGAIN = -11
 -- Looks a recv takes in C before its first wait turn (recv_into): as many as
 -- _wait takes between its looks at the clock and the other tasks, so a task
--- holds the loop no longer than a wait turn's round does. (Not on tcp, where
--- a look is a system call.)
+-- holds the loop no longer than a wait turn's round does. (On tcp the core
+-- looks once: a look there is a system call.)
 local RECV_LOOKS = 16
 -- The longest a parked waiter sleeps before looking at the link again: the
 -- bootstrap socket (liveness) is checked by the core on each look.
@@ -380,7 +380,7 @@ function Link:recv_into(buf, n, timeout, some)
   -- (a ping-pong's reply) is found without going through _wait, whose exits
   -- from compiled code to the caller's cost more than a look (8 B one-way
   -- latency, pair.lua: ~10% less in 8 of 8 interleaved runs)
-  local first = tonumber(C.tbrt_link_recv_looking(l, p, n, self.tcp and 0 or RECV_LOOKS))
+  local first = tonumber(C.tbrt_link_recv_looking(l, p, n, RECV_LOOKS))
   if first == n or (some and first > 0) then return first end
   local got, deadline = first > 0 and first or 0, nil
   while got < n do
