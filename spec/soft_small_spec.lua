@@ -274,6 +274,98 @@ describe("soft device, how long registered memory is held", function()
   end)
 end)
 
+describe("soft device, a small inline WRITE to an empty queue (run at post)", function()
+  local p
+  after_each(function()
+    if p then
+      p.dev:set_port(p.port, nil)       -- (a port's state is the fabric's)
+      V.close(p)
+      p = nil
+    end
+  end)
+
+  local function direct(q) return p.dev:stats(q.q.qp_num).direct_writes end
+  local function write(len, off, o)
+    o = o or {}
+    return p.a:post_send{ mr = p.amr, len = len, opcode = "RDMA_WRITE", inline = o.inline ~= false,
+      rkey = o.rkey or p.bmr.rkey, raddr = p.bmr.addr + off, wr_id = o.wr_id }
+  end
+
+  it("places the bytes and completes it as a run would, and still looks at the peer every " ..
+     "64th send", function()
+    p = V.pair{ personality = "linux-rc", type = "RC", inline = 64 }
+    ffi.fill(p.bbuf, 512, 0xee)
+    local N = 200
+    for i = 1, N do
+      V.fill(p.abuf, 0, 40, i)
+      assert(write(40, 64, { wr_id = i }))
+      local wc = assert(p.cq_a:wait(1))[1]
+      assert.equal("IBV_WC_SUCCESS", wc.status)
+      assert.equal(i, wc.wr_id)
+      assert.equal("RDMA_WRITE", wc.opcode)
+      assert.is_nil(V.first_bad(p.bbuf, 64, 40, i), "send " .. i)
+    end
+    for i = 0, 63 do assert.equal(0xee, p.bbuf[i]) end
+    for i = 104, 511 do assert.equal(0xee, p.bbuf[i]) end
+    -- the first (the peer not looked up yet) and each 64th (its liveness
+    -- look) take the ordinary path
+    local d = direct(p.a)
+    assert.is_true(d >= N - N / 64 - 2 and d < N, "direct_writes " .. d .. " of " .. N)
+    assert.equal(0, direct(p.b))
+  end)
+
+  it("leaves what it cannot vouch for to the ordinary path: not inline, a bad rkey (which " ..
+     "fails as before), a port down", function()
+    p = V.pair{ personality = "linux-rc", type = "RC", inline = 64 }
+    assert(write(16, 0)); assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1))[1].status)
+    local d = direct(p.a)
+    assert(write(16, 0, { inline = false }))
+    assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1))[1].status)
+    assert.equal(d, direct(p.a), "a WRITE not inline")
+    assert(write(16, 0, { rkey = p.bmr.rkey + 1 }))
+    local wc = assert(p.cq_a:wait(1))[1]
+    assert.equal("IBV_WC_REM_ACCESS_ERR", wc.status)
+    assert.equal(d, direct(p.a), "a bad rkey")
+    V.close(p)
+    p = V.pair{ personality = "linux-rc", type = "RC", inline = 64, timeout = 1, retry_cnt = 1 }
+    assert(write(16, 0)); assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1))[1].status)
+    assert(write(16, 0)); assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1))[1].status)
+    d = direct(p.a)
+    assert.is_true(d > 0, "an inline WRITE to an idle queue never ran at post")
+    assert(p.dev:set_port(p.port, "down"))
+    p.abuf[0] = 0x77
+    assert(write(16, 0))
+    wc = assert(p.cq_a:wait(2))[1]
+    assert.equal("IBV_WC_RETRY_EXC_ERR", wc.status)
+    assert.equal(d, direct(p.a), "a port down")
+    assert.are_not.equal(0x77, p.bbuf[0], "a WRITE over a port that is down placed its bytes")
+    assert(p.dev:set_port(p.port, nil))
+  end)
+
+  it("keeps a WRITE behind a send that waits (RC order): it runs after it, the ordinary way",
+    function()
+    p = V.pair{ personality = "linux-rc", type = "RC", inline = 64, min_rnr_timer = 1 }
+    ffi.fill(p.bbuf, 512, 0)
+    V.fill(p.abuf, 0, 64, 3)
+    -- no receive at b: the SEND waits on its RNR timer
+    assert(p.a:post_send{ mr = p.amr, len = 64, offset = 0, wr_id = 1 })
+    V.fill(p.abuf, 256, 32, 9)
+    assert(p.a:post_send{ mr = p.amr, offset = 256, len = 32, opcode = "RDMA_WRITE",
+      inline = true, rkey = p.bmr.rkey, raddr = p.bmr.addr + 256, wr_id = 2 })
+    assert.equal(0, direct(p.a))
+    assert.equal(0, p.bbuf[256], "the WRITE passed the SEND before it")
+    assert(p.b:post_recv{ mr = p.bmr, len = 128, wr_id = 5 })
+    local got = {}
+    while #got < 2 do
+      for _, wc in ipairs(assert(p.cq_a:wait(1))) do got[#got + 1] = wc end
+    end
+    assert.equal(1, got[1].wr_id); assert.equal("IBV_WC_SUCCESS", got[1].status)
+    assert.equal(2, got[2].wr_id); assert.equal("IBV_WC_SUCCESS", got[2].status)
+    assert.is_nil(V.first_bad(p.bbuf, 0, 64, 3))
+    assert.is_nil(V.first_bad(p.bbuf, 256, 32, 9))
+  end)
+end)
+
 describe("a link's small frames and its waiter", function()
   it("posts frames that fit the QP's inline data inline, every byte checked", L.async(function()
     local a, b = L.pair({ device = "soft", personality = "linux-rc" })

@@ -16,7 +16,7 @@ static const char *counter_names[] = {
     "drops_injected", "corrupt_injected", "dups_injected", "reordered_injected",
     "delayed_injected", "icrc_failures", "acks_sent", "acks_recv", "credits_sent",
     "credits_recv", "bad_packets", "rnr_resends", "tail_probes", "copies_shared",
-    "pieces_helped", "bytes_helped", "sends_refused", "gso_refused",
+    "pieces_helped", "bytes_helped", "sends_refused", "gso_refused", "direct_writes",
 };
 
 int soft_counters(tbrt_dev *dev, uint32_t qpn, const char **names, uint64_t *values, int max)

@@ -302,6 +302,8 @@ struct soft_wire_stats {
                                          lost before the wire */
     uint64_t gso_refused;             /* udp: GSO runs the kernel refused (sent one by one,
                                          and runs of that size no more) */
+    uint64_t direct_writes;           /* shm: small inline WRITEs run at post, the queue
+                                         empty (shm_direct.c) */
 };
 
 /* A queue pair, as created. */

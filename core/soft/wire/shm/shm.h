@@ -465,17 +465,20 @@ struct shm_view {
 
 /* ---- the wire's objects (process memory) ------------------------------------ */
 
-/* Shared copies (shm_copy.c): ours that a peer helped with, and the pieces
- * and bytes we copied for peers' sends. */
-struct shm_copy_counts {
+/* The wire's counters of a QP: shared copies (shm_copy.c), ours that a
+ * peer helped with and the pieces and bytes we copied for peers' sends;
+ * sends run at post (shm_direct.c). */
+struct shm_counts {
     uint64_t copies_shared, pieces_helped, bytes_helped;
+    uint64_t direct_writes;
 };
 
-static inline void shm_copy_counts_add(struct shm_copy_counts *to, const struct shm_copy_counts *c)
+static inline void shm_counts_add(struct shm_counts *to, const struct shm_counts *c)
 {
     to->copies_shared += c->copies_shared;
     to->pieces_helped += c->pieces_helped;
     to->bytes_helped += c->bytes_helped;
+    to->direct_writes += c->direct_writes;
 }
 
 struct shm_ctx_free;            /* free context memory (shm_fabric.c) */
@@ -510,7 +513,7 @@ struct soft_wire {
     struct soft_wire *next_wire; /* the process's shm wires (shm_mem.c) */
     bool mem_attached;
     bool alarm_user;            /* holds a use of the alarm thread (alarm.h) */
-    struct shm_copy_counts copies_retired; /* of QPs destroyed (the device's count) */
+    struct shm_counts counts_retired; /* of QPs destroyed (the device's count) */
 };
 
 struct soft_wire_cq {
@@ -586,7 +589,7 @@ struct soft_wire_qp {
     struct soft_path_memo path; /* its ports last found up (shm_deliver.c: path_up) */
     uint32_t copy_gen;          /* the last shared copy's job we published (shm_copy.c) */
     struct shm_copy_pend pend;  /* and the last one it left to its helper */
-    struct shm_copy_counts copies;
+    struct shm_counts counts;
 };
 
 /* ---- functions across the files ---------------------------------------------- */
@@ -802,5 +805,9 @@ void shm_sq_run_peer(struct soft_wire_qp *target);
 /* Take a send queue's executor lock (stealing it from a dead holder). */
 bool shm_sq_lock(struct soft_wire *w, struct shm_qp_block *s, bool steal);
 void shm_sq_unlock(struct shm_qp_block *s);
+/* shm_direct.c: run send `index` (a small inline WRITE) from the poster's
+ * own copy s at once, when the queue is empty and nothing can go other than
+ * well; true when it ran (posted and finished), false: post it as any. */
+bool shm_direct_write(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_send *s);
 
 #endif

@@ -150,7 +150,7 @@ int shm_copy_run(struct shm_exec *e, const struct shm_copy_span *c)
         mine++;
     }
     if (mine < n)
-        q->copies.copies_shared++;
+        q->counts.copies_shared++;
     uint32_t before = atomic_fetch_add_explicit(&j->done, mine, memory_order_acq_rel);
     if (before + mine >= n) {
         /* whole with our count: ours to finish, as any send */
@@ -302,8 +302,8 @@ void shm_copy_help(struct soft_wire_qp *q)
                                                    memory_order_acq_rel, memory_order_acquire))
             continue;
         uint64_t got = copy_pieces(dst, src, len, back - k, back);
-        q->copies.pieces_helped += k;
-        q->copies.bytes_helped += got;
+        q->counts.pieces_helped += k;
+        q->counts.bytes_helped += got;
         uint32_t before = atomic_fetch_add_explicit(&j->done, k, memory_order_acq_rel);
         if (before < n && before + k >= n) {
             helper_finishes(q, recv_index, len, with_imm, imm, read);

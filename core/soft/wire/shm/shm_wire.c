@@ -214,7 +214,7 @@ static void shm_qp_destroy(struct soft_wire_qp *q)
 {
     struct soft_wire *w = q->w;
     shm_copy_abandon(q);
-    shm_copy_counts_add(&w->copies_retired, &q->copies);
+    shm_counts_add(&w->counts_retired, &q->counts);
     shm_slot_free(w, q->qpn);
     atomic_store(&q->sh->state, IBV_QPS_RESET);
     q->sh->qpn = 0;             /* peers holding a pointer see it gone */
@@ -317,6 +317,8 @@ static void shm_post_recv(struct soft_wire_qp *q, uint64_t index, const struct s
 
 static void shm_post_send(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_send *s)
 {
+    if (shm_direct_write(q, index, s))
+        return;
     struct shm_swr *w = &q->self.sq[index & (q->sq_cap - 1)];
     w->opcode = s->opcode;
     w->send_flags = s->send_flags;
@@ -512,17 +514,18 @@ static int shm_progress(struct soft_wire *w, struct soft_wire_event *ev, int max
     return n;
 }
 
-/* The shared-copy counters: one QP's, or the device's (QPN 0: those of
- * destroyed QPs too). */
+/* The wire's counters (shm_counts): one QP's, or the device's (QPN 0:
+ * those of destroyed QPs too). */
 static void shm_stats(struct soft_wire *w, uint32_t qpn, struct soft_wire_stats *s)
 {
-    struct shm_copy_counts c = qpn ? (struct shm_copy_counts){0} : w->copies_retired;
+    struct shm_counts c = qpn ? (struct shm_counts){0} : w->counts_retired;
     for (struct soft_wire_qp *q = w->qps; q; q = q->next)
         if (!qpn || q->qpn == qpn)
-            shm_copy_counts_add(&c, &q->copies);
+            shm_counts_add(&c, &q->counts);
     s->copies_shared += c.copies_shared;
     s->pieces_helped += c.pieces_helped;
     s->bytes_helped += c.bytes_helped;
+    s->direct_writes += c.direct_writes;
 }
 
 const struct soft_wire_ops soft_wire_shm = {
