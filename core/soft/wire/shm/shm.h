@@ -30,6 +30,7 @@
 #ifndef TBRT_SOFT_SHM_H
 #define TBRT_SOFT_SHM_H
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -448,6 +449,31 @@ struct shm_registry {
  * block and queues are, and the sizes they were checked with. Made once per
  * lookup (shm_view_lookup checks the registry slot and the block) or from
  * the owner's own records, and only then used. */
+/* A peer's memfd mapped by us: its size is what fstat said, not the peer. */
+struct shm_map {
+    uint32_t key;
+    uint32_t epoch;
+    void *base;
+    size_t len;
+    /* the entry as checked when mapped (epoch even): while the entry's epoch
+     * stays the same, a lookup uses these instead of copying it again */
+    bool checked;
+    uint32_t access;
+    uint64_t iova, length, fd_off;
+};
+
+struct shm_peer {
+    struct shm_peer *next;
+    pid_t pid;
+    uint64_t ctx_id;
+    bool same_process;
+    bool self;
+    void *base;                 /* the peer's context segment */
+    int pidfd;
+    struct shm_map *maps;      /* by MR index */
+    uint32_t nmaps;
+};
+
 struct shm_view {
     struct shm_peer *peer;     /* NULL: no view */
     struct shm_qp_block *sh;
@@ -633,9 +659,37 @@ bool shm_peer_is_self(struct shm_peer *peer);
 void *shm_peer_at(struct shm_peer *peer, uint64_t off);
 /* Resolve [addr, addr+len) of the peer's MR `key` to a local pointer: 0,
  * -EINVAL/-ENOENT/-ERANGE/-EACCES (a bad key or range), -EPERM (not
- * shareable), -EBADMSG with why (the peer's table is corrupt). */
-int shm_peer_mem(struct soft_wire *w, struct shm_peer *peer, uint32_t key, uint64_t addr,
-                 uint64_t len, uint32_t need_access, void **out, char *why, size_t whylen);
+ * shareable), -EBADMSG with why (the peer's table is corrupt). A region
+ * looked up before and unchanged since is found inline; the rest in
+ * shm_peer.c. */
+int shm_peer_mem_slow(struct soft_wire *w, struct shm_peer *peer, uint32_t key, uint64_t addr,
+                      uint64_t len, uint32_t need_access, void **out, char *why, size_t whylen);
+static inline int shm_peer_mem(struct soft_wire *w, struct shm_peer *peer, uint32_t key,
+                               uint64_t addr, uint64_t len, uint32_t need_access, void **out,
+                               char *why, size_t whylen)
+{
+    uint32_t idx = key >> 8;
+    if (TBRT_LIKELY(!peer->self && idx < peer->nmaps && peer->maps[idx].checked &&
+                    peer->maps[idx].key == key)) {
+        /* the region we mapped and checked, unchanged since (its epoch):
+         * one load instead of the entry's copy under its sequence lock
+         * (inline: every send's path resolves a key or two) */
+        struct shm_map *m = &peer->maps[idx];
+        struct shm_mr_entry *pe = (struct shm_mr_entry *)((char *)peer->base + SHM_CTX_MR_OFF) + idx;
+        if (atomic_load_explicit(&pe->epoch, memory_order_acquire) == m->epoch) {
+            if (addr < m->iova || len > m->length || addr - m->iova > m->length - len)
+                return -ERANGE;
+            if ((m->access & need_access) != need_access)
+                return -EACCES;
+            uint64_t at = m->fd_off + (addr - m->iova);
+            if (at > m->len || len > m->len - at)
+                return -ERANGE;     /* (checked when mapped: cannot happen) */
+            *out = (char *)m->base + at;
+            return 0;
+        }
+    }
+    return shm_peer_mem_slow(w, peer, key, addr, len, need_access, out, why, whylen);
+}
 /* Wake the owner of doorbell dbi of the peer's context, if it is armed. */
 void shm_ring(struct soft_wire *w, struct shm_peer *peer, struct shm_doorbell *db, uint32_t dbi);
 /* The wake-up socket of doorbell dbi of context ctx_id of process pid, in

@@ -30,31 +30,6 @@
 #include "soft/wire/shm/shm.h"
 #include "util/util.h"
 
-/* A peer's memfd mapped by us: its size is what fstat said, not the peer. */
-struct shm_map {
-    uint32_t key;
-    uint32_t epoch;
-    void *base;
-    size_t len;
-    /* the entry as checked when mapped (epoch even): while the entry's epoch
-     * stays the same, a lookup uses these instead of copying it again */
-    bool checked;
-    uint32_t access;
-    uint64_t iova, length, fd_off;
-};
-
-struct shm_peer {
-    struct shm_peer *next;
-    pid_t pid;
-    uint64_t ctx_id;
-    bool same_process;
-    bool self;
-    void *base;                 /* the peer's context segment */
-    int pidfd;
-    struct shm_map *maps;      /* by MR index */
-    uint32_t nmaps;
-};
-
 static int bad(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int bad(char *why, size_t len, const char *fmt, ...)
 {
@@ -365,39 +340,11 @@ static bool mr_entry_copy(struct shm_peer *peer, uint32_t idx, struct shm_mr_ent
 /* The largest region anyone registers (soft personalities allow 2^46). */
 #define SHM_MR_LIMIT (1ull << 47)
 
-static int peer_mem_slow(struct soft_wire *w, struct shm_peer *peer, uint32_t key,
-                         uint64_t addr, uint64_t len, uint32_t need_access, void **out,
-                         char *why, size_t whylen);
-
-int shm_peer_mem(struct soft_wire *w, struct shm_peer *peer, uint32_t key, uint64_t addr,
-                  uint64_t len, uint32_t need_access, void **out, char *why, size_t whylen)
-{
-    uint32_t idx = key >> 8;
-    if (!peer->self && idx < peer->nmaps && peer->maps[idx].checked &&
-        peer->maps[idx].key == key) {
-        /* the region we mapped and checked, unchanged since (its epoch):
-         * one load instead of the entry's copy under its sequence lock */
-        struct shm_map *m = &peer->maps[idx];
-        struct shm_mr_entry *pe = (struct shm_mr_entry *)shm_peer_at(peer, SHM_CTX_MR_OFF) + idx;
-        if (atomic_load_explicit(&pe->epoch, memory_order_acquire) == m->epoch) {
-            if (addr < m->iova || len > m->length || addr - m->iova > m->length - len)
-                return -ERANGE;
-            if ((m->access & need_access) != need_access)
-                return -EACCES;
-            uint64_t at = m->fd_off + (addr - m->iova);
-            if (at > m->len || len > m->len - at)
-                return -ERANGE;     /* (checked when mapped: cannot happen) */
-            *out = (char *)m->base + at;
-            return 0;
-        }
-    }
-    return peer_mem_slow(w, peer, key, addr, len, need_access, out, why, whylen);
-}
-
-__attribute__((noinline)) static int peer_mem_slow(struct soft_wire *w, struct shm_peer *peer,
-                                                   uint32_t key, uint64_t addr, uint64_t len,
-                                                   uint32_t need_access, void **out, char *why,
-                                                   size_t whylen)
+/* shm_peer_mem's miss (shm.h has the hit): the entry copied under its
+ * sequence lock and checked, its memfd mapped again when it changed, and
+ * what was checked kept for the hits that follow. */
+int shm_peer_mem_slow(struct soft_wire *w, struct shm_peer *peer, uint32_t key, uint64_t addr,
+                      uint64_t len, uint32_t need_access, void **out, char *why, size_t whylen)
 {
     if (peer->self)
         return shm_local_mem(w, key, addr, len, need_access, out);
