@@ -31,6 +31,9 @@ end
 
 local seeds = {
   clean = send_a(1) .. TURN .. send_b(1) .. TURN .. write_a(1) .. TURN .. read_a(1) .. TURN,
+  -- WRITEs of 8 bytes go inline: run at post (shm_direct.c) into an empty queue
+  direct = write_a(0) .. write_a(0) .. TURN .. write_a(0) .. TURN,
+  direct_mrs = write_a(0) .. TURN .. scribble(B_MRS, 0, string.rep("\7", 255)) .. write_a(0) .. TURN,
   block = scribble(B_BLOCK, 0, string.rep("\255", 64)) .. send_a(1) .. TURN .. TURN,
   mrs = scribble(B_MRS, 0, string.rep("\7", 255)) .. write_a(1) .. TURN .. read_a(1) .. TURN,
   header = scribble(B_HEADER, 0, string.rep("\0", 16)) .. send_a(1) .. TURN .. send_b(1) .. TURN,
@@ -74,6 +77,19 @@ describe_once("the shm wire against a hostile peer's writes into shared memory (
     for _, want in ipairs { { "a", 102 }, { "b", 102 }, { "a", 100 }, { "a", 104 } } do
       assert.is_not_nil(of_request(wcs, want[1], want[2]), want[1] .. " " .. want[2] .. ": " .. r.stderr)
     end
+    -- inline WRITEs run at post: all three complete, clean
+    wcs, r = replay(seeds.direct)
+    local writes = 0
+    for _, w in ipairs(wcs) do
+      assert.equal(0, w.status, H.describe(r))
+      if w.qp == "a" and w.wr_id == 100 then writes = writes + 1 end
+    end
+    assert.equal(3, writes, r.stderr)
+    -- and one after b's MR table was garbled fails (REM_ACCESS_ERR), the one before not
+    wcs, r = replay(seeds.direct_mrs)
+    local st = {}
+    for _, w in ipairs(wcs) do if w.qp == "a" and w.wr_id == 100 then st[#st + 1] = w.status end end
+    assert.same({ 0, 10 }, st, r.stderr)
     -- b's block, b's MR table, b's header: a's request fails (REM_ACCESS_ERR
     -- for a key the garbled table cannot resolve), its flushed receives say so
     for name, status in pairs { block = false, mrs = 10, header = false } do

@@ -21,7 +21,8 @@
  *                (off taken modulo the place's size)
  *   1            a posts a SEND of op's high bits x 64 bytes to b
  *   2            b posts a SEND to a
- *   3            a posts a WRITE into b's region
+ *   3            a posts a WRITE into b's region (inline when it fits: the
+ *                one that runs at post, shm_direct.c)
  *   4            a posts a READ of b's region
  *   5, 6, 7      a turn of a's device, of b's, of both
  * FUZZ_VERBOSE=1 prints each step. */
@@ -45,6 +46,7 @@
 #define REGION 65536            /* each QP's registered buffer */
 #define GUARD 4096              /* untouchable bytes either side of it */
 #define DEPTH 16
+#define INLINE 64               /* max_inline_data: WRITEs of 8 bytes go inline */
 #define MR_ENTRIES 8            /* of b's MR table, from its start */
 
 struct end {
@@ -181,7 +183,8 @@ static void setup(void)
             fail("pd, cq", e->dev);
         tbrt_qp_init qi = {.send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
                            .cap = {.max_send_wr = DEPTH, .max_recv_wr = DEPTH,
-                                   .max_send_sge = 1, .max_recv_sge = 1}};
+                                   .max_send_sge = 1, .max_recv_sge = 1,
+                                   .max_inline_data = INLINE}};
         if (tbrt_qp_create(e->pd, &qi, &e->qp))
             fail("qp", e->dev);
         if (tbrt_mr_reg(e->pd, region(e), REGION, IBV_ACCESS_LOCAL_WRITE |
@@ -236,8 +239,9 @@ static void post(struct end *from, struct end *to, enum ibv_wr_opcode op, uint32
 {
     struct ibv_sge sge = {.addr = (uintptr_t)region(from) + REGION / 2, .length = len,
                           .lkey = from->mr->lkey};
+    bool inl = op == IBV_WR_RDMA_WRITE && len <= INLINE;
     struct ibv_send_wr wr = {.wr_id = 100 + op, .sg_list = &sge, .num_sge = 1, .opcode = op,
-                             .send_flags = IBV_SEND_SIGNALED};
+                             .send_flags = IBV_SEND_SIGNALED | (inl ? IBV_SEND_INLINE : 0)};
     wr.wr.rdma.remote_addr = (uintptr_t)region(to) + REGION / 4;
     wr.wr.rdma.rkey = to->mr->rkey;
     int rc = tbrt_post_send(from->qp, &wr, NULL);
