@@ -523,7 +523,10 @@ static int poll_all(struct xport *x, bool force)
     if (x->eager.slots) {
         if ((e = eager_poll(x)) < 0)
             return e;
-        if (!force && !x->full_looks && x->eager.recent && (x->eager.look++ & 3) != 0)
+        /* a look that found frames has what its reader waits for: the CQ
+         * (our own WRITEs' completions, mostly) waits for a look that
+         * finds none, or every 16th; an empty one polls it every 4th */
+        if (!force && !x->full_looks && x->eager.recent && (x->eager.look++ & (e ? 15 : 3)) != 0)
             goto done;
     }
     if ((n = poll_cq(x)) < 0)
