@@ -54,6 +54,15 @@ local function c_bench(dev, pers, mode, size, iters, env)
   end
 end
 
+-- one segment of tbrt-bench's split of a round trip (send, there, back, rtt)
+local function c_split(segment, size, iters)
+  return function()
+    local out = sh(string.format("timeout 120 %s soft %s split %d %d", cbench, PERS, size, iters))
+    local v = tonumber(out:match("split_" .. segment .. "_%d+ ([%d.]+) us"))
+    return v, not v and out:sub(1, 200) or nil
+  end
+end
+
 local function lua_bench(dev, pers, test, size, iters, extra)
   return function()
     local cmd = string.format("timeout 120 %s %s/scripts/pair.lua --device %s %s --sizes %d " ..
@@ -175,6 +184,10 @@ rounds.group({
   { "c_lat_send", "tbrt soft C lat 8 B, SENDs only", c_bench("soft", PERS, "lat", 8, 20000,
     "TBRT_EAGER=0") },
   { "lua_lat", "tbrt soft Lua lat 8 B", lua_bench("soft", PERS, "lat", 8, 20000) },
+  -- where a one-way goes: the sender's send + flush, against its start to
+  -- the peer's recv returning (tbrt-bench split; 16 B: index and stamp)
+  { "split_send", "tbrt soft C 16 B send + flush", c_split("send", 16, 20000) },
+  { "split_there", "tbrt soft C 16 B send start -> peer has it", c_split("there", 16, 20000) },
   { "apple_lat", "tbrt soft apple-uc C lat 8 B", c_bench("soft", "apple-uc", "lat", 8, 20000) },
   { "pt_lat", "perftest ib_send_lat 8 B (tbrt exec)", perftest("ib_send_lat", 8, 20000) },
   { "ucx_lat", "ucx_perftest sm tag_lat 8 B", ucx("tag_lat", 8, 100000), bracket = true },
@@ -283,6 +296,7 @@ local rows = {
   row("Lua / C, 4 MiB bandwidth", "lua_bw4m", "c_bw4m", "C-driven", nil),
   row("Lua / C, 8 B latency (lower is better)", "lua_lat", "c_lat", "C-driven", nil),
   row("eager / SEND frames, 8 B latency (C)", "c_lat", "c_lat_send", "TBRT_EAGER=0", nil),
+  row("16 B one-way: the sender's share, us (C)", "split_send", "split_there", "start -> peer has it", nil),
   row("soft 8 B latency, 2 busy loops, us (C)", "busy_c_lat", "busy_ucx_lat", "ucx, same load", "<=", 2.0),
   row("apple-uc 8 B latency, us (whole strides)", "apple_lat", "ucx_lat", "ucx sm tag_lat", nil),
   row("apple-uc 4 MiB bandwidth, GB/s", "apple_bw4m", "ucx_bw4m", "ucx sm tag_bw", nil),

@@ -33,6 +33,25 @@ describe("the bench's programs", function()
         run(H.build .. "/tbrt-bench", { "soft", "linux-rc", "lat-reg", "70000", "40" }))
     end)
 
+  it("tbrt-bench splits a round trip where its stamps fall (split), on soft and tcp", function()
+    for _, dev in ipairs({ { "soft", "linux-rc" }, { "tcp", "-" } }) do
+      local out = run(H.build .. "/tbrt-bench", { dev[1], dev[2], "split", "64", "400" })
+      local f = {}
+      for name, v in out:gmatch("split_(%a+)_64 ([%d.]+) us\n") do f[name] = tonumber(v) end
+      for _, k in ipairs({ "send", "there", "back", "rtt" }) do
+        assert.is_true(f[k] and f[k] > 0, dev[1] .. ": no " .. k .. " in " .. out)
+      end
+      -- each round trip is there + back exactly; their medians come close
+      assert.is_true(f.there < f.rtt and f.back < f.rtt, out)
+      assert.is_true(f.there + f.back > 0.5 * f.rtt and f.there + f.back < 1.5 * f.rtt, out)
+    end
+    -- a message too short for its index and stamp is refused, saying how to call it
+    local r = H.run(H.build .. "/tbrt-bench", { "soft", "linux-rc", "split", "8", "10" },
+      { timeout = 30 })
+    assert.equal(2, r.code, H.describe(r))
+    assert.matches("split SIZE >= 16", r.stderr, 1, true)
+  end)
+
   it("measure many links and a ring, in C and in Lua", function()
     local out = run(H.build .. "/tbrt-scale", { "soft", "linux-rc", "links", "3", "65536", "30" })
     for _, k in ipairs({ "links=3", "setup_ms=", "rss_kib=", "bw=", "lat_us=", "lat_max_us=" }) do

@@ -6,6 +6,18 @@
  *                                                   (typical) half round trip, as
  *                                                   ucx_perftest's tag_lat figure, then
  *                                                   the mean (lat_mean_SIZE)
+ *   tbrt-bench DEVICE PERSONALITY split SIZE ITERS  where a round trip's time goes (SIZE
+ *                                                   >= 16; medians, us): the sender's send
+ *                                                   + flush (split_send), its send's start
+ *                                                   to the peer's recv returning
+ *                                                   (split_there: the bytes' flight and the
+ *                                                   reader's part), the peer's recv
+ *                                                   returning to ours (split_back: its
+ *                                                   turn, a whole one-way), the round trip
+ *                                                   (split_rtt). CLOCK_MONOTONIC stamps
+ *                                                   carried in the messages, one clock for
+ *                                                   both processes; each stamp costs ~20 ns
+ *                                                   of its segment
  *   tbrt-bench DEVICE PERSONALITY bw SIZE ITERS     streaming bandwidth, GB/s
  *   ... bw-reg / lat-reg                            the same from and into buffers
  *                                                   registered with the link
@@ -40,6 +52,13 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static void die(const char *what, tbrt_link *l)
@@ -86,13 +105,14 @@ static void fill(uint8_t *b, size_t n)
         b[i] = (uint8_t)(i * 131 + 7);
 }
 
-static void check(const uint8_t *b, const uint8_t *want, size_t n, uint64_t idx)
+/* (split: bytes 8..15 are a stamp, checked by the caller) */
+static void check(const uint8_t *b, const uint8_t *want, size_t n, uint64_t idx, bool stamped)
 {
     if (n >= 8 && memcmp(b, &idx, 8) != 0) {
         fprintf(stderr, "tbrt-bench: message %llu carries a wrong index\n", (unsigned long long)idx);
         exit(1);
     }
-    size_t off = n >= 8 ? 8 : 0;
+    size_t off = stamped ? 16 : n >= 8 ? 8 : 0;
     if (memcmp(b + off, want + off, n - off) != 0) {
         fprintf(stderr, "tbrt-bench: message %llu differs\n", (unsigned long long)idx);
         exit(1);
@@ -103,7 +123,7 @@ static void check(const uint8_t *b, const uint8_t *want, size_t n, uint64_t idx)
 static void serve(tbrt_link *l, const char *mode, size_t n, long iters, uint8_t *want,
                   uint8_t *buf)
 {
-    bool is_bw = strncmp(mode, "bw", 2) == 0;
+    bool is_bw = strncmp(mode, "bw", 2) == 0, split = strcmp(mode, "split") == 0;
     register_or_die(l, mode, want, buf, n);
     if (is_bw) {
         for (long i = 0; i < WARM; i++)
@@ -119,7 +139,11 @@ static void serve(tbrt_link *l, const char *mode, size_t n, long iters, uint8_t 
         uint64_t idx = (uint64_t)i;
         if (n >= 8)
             memcpy(want, &idx, 8);
-        check(buf, want, n, idx);
+        check(buf, want, n, idx, split);
+        if (split) {            /* when our recv returned, for the sender's split */
+            uint64_t t = now_ns();
+            memcpy(buf + 8, &t, 8);
+        }
         if (!is_bw) {
             if (tbrt_link_send_all(l, buf, n, 60) != (intptr_t)n || tbrt_link_flush_all(l, 60))
                 die("peer send", l);
@@ -134,6 +158,52 @@ static void serve(tbrt_link *l, const char *mode, size_t n, long iters, uint8_t 
     tbrt_link_free(l);
 }
 
+static double median_us(double *v, long m)
+{
+    qsort(v, (size_t)m, sizeof *v, cmp_double);
+    return (m % 2 ? v[m / 2] : (v[m / 2 - 1] + v[m / 2]) / 2) / 1e3;
+}
+
+/* split: each round trip cut where the stamps fall (the first is untimed) */
+static void split(tbrt_link *l, uint8_t *want, uint8_t *buf, size_t n, long iters)
+{
+    long m = iters - 1;
+    double *seg = calloc((size_t)(4 * (m > 0 ? m : 1)), sizeof *seg);
+    double *snd = seg, *there = seg + m, *back = seg + 2 * m, *rtt = seg + 3 * m;
+    for (long i = 0; i < iters; i++) {
+        uint64_t idx = (uint64_t)i, s0 = now_ns();
+        memcpy(want, &idx, 8);
+        memcpy(want + 8, &s0, 8);
+        if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n || tbrt_link_flush_all(l, 60))
+            die("send", l);
+        uint64_t s1 = now_ns();
+        if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
+            die("recv", l);
+        uint64_t s2 = now_ns(), p0;
+        check(buf, want, n, idx, true);
+        memcpy(&p0, buf + 8, 8);
+        if (p0 < s0 || p0 > s2) {
+            fprintf(stderr, "tbrt-bench: message %llu: the peer's stamp %llu lies outside the "
+                    "round trip [%llu, %llu]\n", (unsigned long long)idx, (unsigned long long)p0,
+                    (unsigned long long)s0, (unsigned long long)s2);
+            exit(1);
+        }
+        if (i == 0)
+            continue;
+        snd[i - 1] = (double)(s1 - s0);
+        there[i - 1] = (double)(p0 - s0);
+        back[i - 1] = (double)(s2 - p0);
+        rtt[i - 1] = (double)(s2 - s0);
+    }
+    if (m > 0) {
+        printf("split_send_%zu %.3f us\n", n, median_us(snd, m));
+        printf("split_there_%zu %.3f us\n", n, median_us(there, m));
+        printf("split_back_%zu %.3f us\n", n, median_us(back, m));
+        printf("split_rtt_%zu %.3f us\n", n, median_us(rtt, m));
+    }
+    free(seg);
+}
+
 int main(int argc, char **argv)
 {
     /* the answering end is this program again, started with exec as any
@@ -144,8 +214,9 @@ int main(int argc, char **argv)
         argv++;
         argc--;
     }
-    if (argc != 6 && !peer) {
-        fprintf(stderr, "usage: tbrt-bench DEVICE PERSONALITY lat|bw SIZE ITERS\n");
+    if ((argc != 6 && !peer) || (strcmp(argv[3], "split") == 0 && strtoull(argv[4], NULL, 0) < 16)) {
+        fprintf(stderr, "usage: tbrt-bench DEVICE PERSONALITY lat|bw|lat-reg|bw-reg SIZE ITERS\n"
+                        "       tbrt-bench DEVICE PERSONALITY split SIZE >= 16 ITERS\n");
         return 2;
     }
     const char *dev = argv[1], *pers = argv[2], *mode = argv[3];
@@ -182,7 +253,9 @@ int main(int argc, char **argv)
     bool is_bw = strncmp(mode, "bw", 2) == 0;
     register_or_die(l, mode, want, buf, n);
     double t0 = 0, dt;
-    if (!is_bw) {
+    if (strcmp(mode, "split") == 0) {
+        split(l, want, buf, n, iters);
+    } else if (!is_bw) {
         double *rtt = calloc((size_t)iters, sizeof *rtt), t1 = 0;
         for (long i = 0; i < iters; i++) {
             double ti = now();
@@ -198,7 +271,7 @@ int main(int argc, char **argv)
                 die("send", l);
             if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
                 die("recv", l);
-            check(buf, want, n, idx);
+            check(buf, want, n, idx, false);
         }
         double tn = now();
         rtt[iters - 1] = tn - t1;
