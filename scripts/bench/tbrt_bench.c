@@ -214,7 +214,8 @@ int main(int argc, char **argv)
         argv++;
         argc--;
     }
-    if ((argc != 6 && !peer) || (strcmp(argv[3], "split") == 0 && strtoull(argv[4], NULL, 0) < 16)) {
+    if ((argc != 6 && !peer) ||
+        (strcmp(argv[3], "split") == 0 && strtoull(argv[4], NULL, 0) < 16)) {
         fprintf(stderr, "usage: tbrt-bench DEVICE PERSONALITY lat|bw|lat-reg|bw-reg SIZE ITERS\n"
                         "       tbrt-bench DEVICE PERSONALITY split SIZE >= 16 ITERS\n");
         return 2;

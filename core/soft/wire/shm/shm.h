@@ -445,10 +445,6 @@ struct shm_registry {
     struct shm_slot slots[SHM_SLOTS];
 };
 
-/* A queue pair as an executor sees it, in any context (ours too): where its
- * block and queues are, and the sizes they were checked with. Made once per
- * lookup (shm_view_lookup checks the registry slot and the block) or from
- * the owner's own records, and only then used. */
 /* A peer's memfd mapped by us: its size is what fstat said, not the peer. */
 struct shm_map {
     uint32_t key;
@@ -474,6 +470,10 @@ struct shm_peer {
     uint32_t nmaps;
 };
 
+/* A queue pair as an executor sees it, in any context (ours too): where its
+ * block and queues are, and the sizes they were checked with. Made once per
+ * lookup (shm_view_lookup checks the registry slot and the block) or from
+ * the owner's own records, and only then used. */
 struct shm_view {
     struct shm_peer *peer;     /* NULL: no view */
     struct shm_qp_block *sh;
@@ -675,7 +675,8 @@ static inline int shm_peer_mem(struct soft_wire *w, struct shm_peer *peer, uint3
          * one load instead of the entry's copy under its sequence lock
          * (inline: every send's path resolves a key or two) */
         struct shm_map *m = &peer->maps[idx];
-        struct shm_mr_entry *pe = (struct shm_mr_entry *)((char *)peer->base + SHM_CTX_MR_OFF) + idx;
+        struct shm_mr_entry *pe =
+            (struct shm_mr_entry *)((char *)peer->base + SHM_CTX_MR_OFF) + idx;
         if (atomic_load_explicit(&pe->epoch, memory_order_acquire) == m->epoch) {
             if (addr < m->iova || len > m->length || addr - m->iova > m->length - len)
                 return -ERANGE;

@@ -45,8 +45,8 @@ bool shm_direct_write(struct soft_wire_qp *q, uint64_t index, const struct soft_
         ((q->alive_tick + 1) & 63) == 0)
         return false;
     uint8_t tport = v->sh->port, tdev = v->sh->dev_index;
-    if (!soft_faults_path_up(w->cfg.faults, &q->path, (uint8_t)w->cfg.dev_index, q->a.port ? q->a.port : 1,
-                             tdev, tport ? tport : 1))
+    if (!soft_faults_path_up(w->cfg.faults, &q->path, (uint8_t)w->cfg.dev_index,
+                             q->a.port ? q->a.port : 1, tdev, tport ? tport : 1))
         return false;
     void *remote;
     char why[TBRT_WHY_MAX];
