@@ -169,6 +169,8 @@ static void split(tbrt_link *l, uint8_t *want, uint8_t *buf, size_t n, long iter
 {
     long m = iters - 1;
     double *seg = calloc((size_t)(4 * (m > 0 ? m : 1)), sizeof *seg);
+    if (!seg)
+        die("split: the figures' memory", NULL);
     double *snd = seg, *there = seg + m, *back = seg + 2 * m, *rtt = seg + 3 * m;
     for (long i = 0; i < iters; i++) {
         uint64_t idx = (uint64_t)i, s0 = now_ns();
