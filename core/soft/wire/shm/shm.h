@@ -860,6 +860,27 @@ void shm_sq_run_peer(struct soft_wire_qp *target);
 /* Take a send queue's executor lock (stealing it from a dead holder). */
 bool shm_sq_lock(struct soft_wire *w, struct shm_qp_block *s, bool steal);
 void shm_sq_unlock(struct shm_qp_block *s);
+/* The connected peer's block as a send needs it: still the QP we are
+ * connected to, in RTR or RTS, not moved to ERR by anyone (shm_deliver.c's
+ * lookup and shm_direct.c both ask). */
+static inline bool shm_peer_takes(const struct shm_view *v, uint32_t dest_qpn)
+{
+    uint32_t st = atomic_load_explicit(&v->sh->state, memory_order_acquire);
+    return v->sh->qpn == dest_qpn && (st == IBV_QPS_RTR || st == IBV_QPS_RTS) &&
+           !atomic_load_explicit(&v->sh->remote_err, memory_order_relaxed);
+}
+
+/* Both ends' ports up: soft<dev_index> port `port` (0: 1) and the target's,
+ * read once from its block (bounded by port_state_of); m keeps the answer
+ * until some process sets a port state. */
+static inline bool shm_path_up(struct soft_wire *w, struct soft_path_memo *m, uint8_t dev_index,
+                               uint8_t port, const struct shm_view *t)
+{
+    uint8_t tport = t->sh->port, tdev = t->sh->dev_index;
+    return soft_faults_path_up(w->cfg.faults, m, dev_index, port ? port : 1, tdev,
+                               tport ? tport : 1);
+}
+
 /* shm_direct.c: run send `index` (a small inline WRITE) from the poster's
  * own copy s at once, when the queue is empty and nothing can go other than
  * well; true when it ran (posted and finished), false: post it as any. */

@@ -143,9 +143,7 @@ static struct shm_view *connected_peer(struct soft_wire_qp *q, struct shm_exec *
         }
     }
     struct shm_view *v = &q->peer;
-    uint32_t st = atomic_load_explicit(&v->sh->state, memory_order_acquire);
-    if (v->sh->qpn != q->a.dest_qpn || (st != IBV_QPS_RTR && st != IBV_QPS_RTS) ||
-        atomic_load_explicit(&v->sh->remote_err, memory_order_relaxed)) {
+    if (!shm_peer_takes(v, q->a.dest_qpn)) {
         q->peer.peer = NULL;    /* look it up again later */
         return NULL;
     }
@@ -164,12 +162,9 @@ static struct shm_view *connected_peer(struct soft_wire_qp *q, struct shm_exec *
 /* Both ends' ports up? A pulled cable loses frames like a dead peer. */
 static bool path_up(struct shm_exec *e)
 {
-    /* the target's port and device, read once (bounded by port_state_of) */
-    uint8_t tport = e->tv->sh->port, tdev = e->tv->sh->dev_index;
-    struct soft_faults *f = e->w->cfg.faults;
     /* the owner keeps the answer in its QP until a port state is set */
     struct soft_path_memo none = {0}, *m = e->local ? &e->local->path : &none;
-    return soft_faults_path_up(f, m, e->dev_index, e->port ? e->port : 1, tdev, tport ? tport : 1);
+    return shm_path_up(e->w, m, e->dev_index, e->port, e->tv);
 }
 
 /* Nobody answers. UC drops; RC waits for an ACK until the retry budget is

@@ -39,14 +39,8 @@ bool shm_direct_write(struct soft_wire_qp *q, uint64_t index, const struct soft_
     /* the connected peer as the run would find it (shm_deliver.c:
      * connected_peer), without its lookups: the 64th send looks at the
      * clock, so that one goes the ordinary way */
-    uint32_t st = atomic_load_explicit(&v->sh->state, memory_order_acquire);
-    if (v->sh->qpn != q->a.dest_qpn || (st != IBV_QPS_RTR && st != IBV_QPS_RTS) ||
-        atomic_load_explicit(&v->sh->remote_err, memory_order_relaxed) ||
-        ((q->alive_tick + 1) & 63) == 0)
-        return false;
-    uint8_t tport = v->sh->port, tdev = v->sh->dev_index;
-    if (!soft_faults_path_up(w->cfg.faults, &q->path, (uint8_t)w->cfg.dev_index,
-                             q->a.port ? q->a.port : 1, tdev, tport ? tport : 1))
+    if (!shm_peer_takes(v, q->a.dest_qpn) || ((q->alive_tick + 1) & 63) == 0 ||
+        !shm_path_up(w, &q->path, (uint8_t)w->cfg.dev_index, q->a.port, v))
         return false;
     void *remote;
     char why[TBRT_WHY_MAX];
