@@ -54,12 +54,17 @@ local function c_bench(dev, pers, mode, size, iters, env)
   end
 end
 
--- one segment of tbrt-bench's split of a round trip (send, there, back, rtt)
-local function c_split(segment, size, iters)
+-- one segment of tbrt-bench's split of a round trip (send, there, back,
+-- rtt); `fresh`: run it, else take the segment from the last run's output
+-- (the figures of one round trip's split come from one run)
+local split_out
+local function c_split(segment, size, iters, fresh)
   return function()
-    local out = sh(string.format("timeout 120 %s soft %s split %d %d", cbench, PERS, size, iters))
-    local v = tonumber(out:match("split_" .. segment .. "_%d+ ([%d.]+) us"))
-    return v, not v and out:sub(1, 200) or nil
+    if fresh or not split_out then
+      split_out = sh(string.format("timeout 120 %s soft %s split %d %d", cbench, PERS, size, iters))
+    end
+    local v = tonumber(split_out:match("split_" .. segment .. "_%d+ ([%d.]+) us"))
+    return v, not v and split_out:sub(1, 200) or nil
   end
 end
 
@@ -186,7 +191,7 @@ rounds.group({
   { "lua_lat", "tbrt soft Lua lat 8 B", lua_bench("soft", PERS, "lat", 8, 20000) },
   -- where a one-way goes: the sender's send + flush, against its start to
   -- the peer's recv returning (tbrt-bench split; 16 B: index and stamp)
-  { "split_send", "tbrt soft C 16 B send + flush", c_split("send", 16, 20000) },
+  { "split_send", "tbrt soft C 16 B send + flush", c_split("send", 16, 20000, true) },
   { "split_there", "tbrt soft C 16 B send start -> peer has it", c_split("there", 16, 20000) },
   { "apple_lat", "tbrt soft apple-uc C lat 8 B", c_bench("soft", "apple-uc", "lat", 8, 20000) },
   { "pt_lat", "perftest ib_send_lat 8 B (tbrt exec)", perftest("ib_send_lat", 8, 20000) },

@@ -47,19 +47,14 @@
 /* Messages of the untimed warm-up stream. */
 #define WARM 8
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static uint64_t now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+static double now(void) { return (double)now_ns() * 1e-9; }
 
 static void die(const char *what, tbrt_link *l)
 {
