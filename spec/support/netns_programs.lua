@@ -21,6 +21,7 @@ local P = {}
 
 P.TIMEOUT = 30          -- one program
 P.LISTEN_TIMEOUT = 15   -- a server getting to listen
+P.ORPHAN_TIMEOUT = 3    -- a server whose client failed: it waits for nobody now
 
 local function exec_argv(argv)
   local a = { H.tbrt, "exec", "--wire", "udp", "--" }
@@ -52,7 +53,8 @@ end
 -- argv_of(i) is the program's argv in host i (1: the server, 2: the
 -- client); the client gets opts.client_extra after it; opts.env_of(i),
 -- if given, the environment changes in host i. Returns both results
--- (H.run's shape).
+-- (H.run's shape); a server whose client failed is stopped within
+-- P.ORPHAN_TIMEOUT.
 function P.pair(net, argv_of, opts)
   opts = opts or {}
   local cli_argv = argv_of(2)
@@ -72,7 +74,8 @@ function P.pair(net, argv_of, opts)
       cli = { code = -1, stdout = "", stderr = "the server never listened on port " .. opts.port,
         timed_out = false }
     end
-    srv = s:wait(opts.timeout or P.TIMEOUT)
+    local failed = cli.code ~= 0 or cli.signal ~= nil and cli.signal ~= 0
+    srv = s:wait(failed and P.ORPHAN_TIMEOUT or opts.timeout or P.TIMEOUT)
   end)
   return srv, cli
 end
