@@ -69,7 +69,8 @@ PC       := $(BUILD)/tbrt.pc
 .PHONY: all lib check test test-asan asan fuzz run bench install clean deps cdef-check
 BENCH_C  := $(BUILD)/tbrt-bench
 # the other C-driven benchmarks: views against copies, many links, memcpy
-BENCH_MORE := $(BUILD)/tbrt-stream $(BUILD)/tbrt-scale $(BUILD)/tbrt-memcpy $(BUILD)/tbrt-cost
+BENCH_MORE := $(BUILD)/tbrt-stream $(BUILD)/tbrt-scale $(BUILD)/tbrt-memcpy $(BUILD)/tbrt-cost \
+              $(BUILD)/tbrt-line
 all: lib $(TBRT) $(CDEF) $(PC) $(BENCH_C) $(BENCH_MORE)
 lib: $(LIB_SO) $(LIB_A)
 

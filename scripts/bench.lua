@@ -6,7 +6,8 @@
 --   soft (shared memory), C-driven (build/tbrt-bench) and Lua-driven
 --   (scripts/pair.lua): 8 B one-way latency (also with every frame a SEND,
 --   TBRT_EAGER=0), 64 KiB and 4 MiB streaming against UCX's ucx_perftest
---   with UCX_TLS=sm (tag_lat, tag_bw);
+--   with UCX_TLS=sm (tag_lat, tag_bw); both latencies also in units of a
+--   cache line's one-way between the CPUs (build/tbrt-line), the floor;
 --   the same streams from and into registered memory (link:register,
 --   tbrt_link_mem_reg: direct transfers, the reader's RDMA READs);
 --   the tcp link at 64 KiB and 4 MiB against qperf tcp_bw;
@@ -50,6 +51,16 @@ local function c_bench(dev, pers, mode, size, iters, env)
     local out = sh(string.format("%s timeout 120 %s %s %s %s %d %d", env or "", cbench, dev,
       pers or "-", mode, size, iters))
     local v = tonumber(out:match("^%S+ ([%d.]+)"))
+    return v, not v and out:sub(1, 200) or nil
+  end
+end
+
+-- the cache line's one-way between the two CPUs (build/tbrt-line): the
+-- floor a shared-memory FIFO's 8 B latency stands on
+local function line(iters)
+  return function()
+    local out = sh(string.format("timeout 60 %s/tbrt-line %d", build, iters))
+    local v = tonumber(out:match("line_oneway ([%d.]+)"))
     return v, not v and out:sub(1, 200) or nil
   end
 end
@@ -196,6 +207,8 @@ rounds.group({
   { "apple_lat", "tbrt soft apple-uc C lat 8 B", c_bench("soft", "apple-uc", "lat", 8, 20000) },
   { "pt_lat", "perftest ib_send_lat 8 B (tbrt exec)", perftest("ib_send_lat", 8, 20000) },
   { "ucx_lat", "ucx_perftest sm tag_lat 8 B", ucx("tag_lat", 8, 100000), bracket = true },
+  -- the floor, bracketing the round as the anchor does
+  { "line", "cache line one-way between the CPUs", line(100000), bracket = true },
 })
 -- streaming at one size: C and Lua, from plain and registered memory, one
 -- more tbrt figure (perftest, apple-uc), and ucx_perftest
@@ -302,6 +315,10 @@ local rows = {
   row("Lua / C, 8 B latency (lower is better)", "lua_lat", "c_lat", "C-driven", nil),
   row("eager / SEND frames, 8 B latency (C)", "c_lat", "c_lat_send", "TBRT_EAGER=0", nil),
   row("16 B one-way: the sender's share, us (C)", "split_send", "split_there", "start -> peer has it", nil),
+  -- latencies in cache-line one-ways (tbrt-line, same round): the VM's
+  -- speed of the moment divided out; a FIFO's one-way is two of them
+  row("8 B latency in cache-line one-ways (C)", "c_lat", "line", "line one-way", nil),
+  row("8 B latency in cache-line one-ways (ucx)", "ucx_lat", "line", "line one-way", nil),
   row("soft 8 B latency, 2 busy loops, us (C)", "busy_c_lat", "busy_ucx_lat", "ucx, same load", "<=", 2.0),
   row("apple-uc 8 B latency, us (whole strides)", "apple_lat", "ucx_lat", "ucx sm tag_lat", nil),
   row("apple-uc 4 MiB bandwidth, GB/s", "apple_bw4m", "ucx_bw4m", "ucx sm tag_bw", nil),

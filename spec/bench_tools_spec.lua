@@ -1,5 +1,5 @@
 -- bench_tools_spec.lua - the programs `make bench` runs for views and scale
--- (build/tbrt-stream, tbrt-scale, tbrt-memcpy; scripts/bench/stream.lua and
+-- (build/tbrt-stream, tbrt-scale, tbrt-memcpy, tbrt-line; scripts/bench/stream.lua and
 -- scale.lua) work on small runs and print the figures bench.lua parses: a
 -- benchmark that rots silently would leave the table blank.
 local H = require("helpers")
@@ -71,6 +71,14 @@ describe("the bench's programs", function()
     for name in out:gmatch("([%w_]+) [%d.]+ GB/s\n") do names[#names + 1] = name end
     assert.same({ "memcpy_4m_hot", "memcpy_128k_ring16", "memcpy_64k_skew16", "memcpy_64k_aligned",
       "bulk_copy_64k_skew16" }, names)
+  end)
+
+  it("measure a cache line's one-way between two processes (tbrt-line), the latency floor", function()
+    local v = tonumber(run(H.build .. "/tbrt-line", { "2000" }):match("^line_oneway ([%d.]+) us\n$"))
+    assert.is_true(v and v > 0 and v < 1000, tostring(v))
+    local r = H.run(H.build .. "/tbrt-line", { "10" })
+    assert.equal(2, r.code)
+    assert.matches("usage: tbrt%-line ITERS", r.stderr)
   end)
 
   it("refuse bad arguments with the usage", function()
