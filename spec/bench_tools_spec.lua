@@ -22,7 +22,7 @@ describe("the bench's programs", function()
     end
   end)
 
-  it("tbrt-bench streams from and into registered memory (bw-reg, lat-reg), every byte checked",
+  it("tbrt-bench streams from and into registered memory (bw-reg, lat-reg), and fresh lines each message (-fresh), every byte checked",
     function()
       -- sizes on both sides of the direct threshold (32 KiB) and of a shared READ (512 KiB)
       for _, n in ipairs({ "1000", "70000", "1048583" }) do
@@ -31,6 +31,11 @@ describe("the bench's programs", function()
       end
       assert.matches("^lat_70000 [%d.]+ us\nlat_mean_70000 [%d.]+ us\n$",
         run(H.build .. "/tbrt-bench", { "soft", "linux-rc", "lat-reg", "70000", "40" }))
+      -- every line written before each send: the same bytes arrive, checked
+      for _, mode in ipairs({ "bw-fresh", "bw-reg-fresh" }) do
+        assert.matches("^bw_70000 [%d.]+ GB/s\n$",
+          run(H.build .. "/tbrt-bench", { "soft", "linux-rc", mode, "70000", "40" }))
+      end
     end)
 
   it("tbrt-bench splits a round trip where its stamps fall (split), on soft and tcp", function()

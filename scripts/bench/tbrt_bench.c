@@ -23,6 +23,16 @@
  *                                                   registered with the link
  *                                                   (tbrt_link_mem_reg: large sends
  *                                                   go direct, read by the peer)
+ *   ... bw-fresh / bw-reg-fresh                     bw / bw-reg with every cache line
+ *                                                   of the message written before its
+ *                                                   send (the same bytes again): data a
+ *                                                   sender just made, which the
+ *                                                   reader's cache does not hold. The
+ *                                                   other modes send one buffer again
+ *                                                   and again, as ucx_perftest does,
+ *                                                   and a reader that reads it in place
+ *                                                   (bw-reg's direct READs) finds most
+ *                                                   of it in its own cache already
  *
  * Prints "name value unit" lines. The child (tbrt-bench --peer ... PORT)
  * connects and answers (echo for lat; reads everything and acks for bw); the
@@ -213,7 +223,8 @@ int main(int argc, char **argv)
     }
     if ((argc != 6 && !peer) ||
         (strcmp(argv[3], "split") == 0 && strtoull(argv[4], NULL, 0) < 16)) {
-        fprintf(stderr, "usage: tbrt-bench DEVICE PERSONALITY lat|bw|lat-reg|bw-reg SIZE ITERS\n"
+        fprintf(stderr, "usage: tbrt-bench DEVICE PERSONALITY lat|bw|lat-reg|bw-reg|bw-fresh|"
+                        "bw-reg-fresh SIZE ITERS\n"
                         "       tbrt-bench DEVICE PERSONALITY split SIZE >= 16 ITERS\n");
         return 2;
     }
@@ -289,10 +300,14 @@ int main(int argc, char **argv)
         if (tbrt_link_flush_all(l, 60) || tbrt_link_recv_all(l, &wack, 1, 60) != 1)
             die("warm-up ack", l);
         t0 = now();
+        bool fresh = strstr(mode, "-fresh") != NULL;
         for (long i = 0; i < iters; i++) {
             uint64_t idx = (uint64_t)i;
             if (n >= 8)
                 memcpy(want, &idx, 8);
+            if (fresh)          /* a store to each line: ours alone again */
+                for (size_t off = 64; off < n; off += 64)
+                    ((volatile uint8_t *)want)[off] = want[off];
             if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n)
                 die("send", l);
         }
