@@ -24,8 +24,8 @@ describe("the bench's programs", function()
 
   it("tbrt-bench streams from and into registered memory (bw-reg, lat-reg), and fresh lines each message (-fresh), every byte checked",
     function()
-      -- sizes on both sides of the direct threshold (32 KiB) and of a shared READ (512 KiB)
-      for _, n in ipairs({ "1000", "70000", "1048583" }) do
+      -- sizes on both sides of the direct threshold (32 KiB) and of a shared READ (64 KiB)
+      for _, n in ipairs({ "1000", "40000", "70000", "1048583" }) do
         assert.matches("^bw_" .. n .. " [%d.]+ GB/s\n$",
           run(H.build .. "/tbrt-bench", { "soft", "linux-rc", "bw-reg", n, "40" }))
       end

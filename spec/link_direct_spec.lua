@@ -354,7 +354,7 @@ describe("direct transfers", function()
 
   it("between two processes (pair.lua --register) every byte checks and the sends go direct",
     function()
-      -- the lending end helps with READs of 512 KiB or more only while it
+      -- the lending end helps with READs of 64 KiB or more only while it
       -- polls as the reader copies; on a loaded machine a run may miss it
       local out, rows, stats
       for _ = 1, 3 do

@@ -55,9 +55,15 @@
 #define SHM_COPY_MIN (2u * SHM_COPY_PIECE)
 /* A READ is shared from this size only: below it the reader's own copy
  * leaves the bytes in its cache for the reader's next look at them, which a
- * helper's copy takes away (64 KiB reads: 12.8 GB/s alone, 9.0 shared;
- * 4 MiB, past the cache anyway: 5.3 alone, 6.7 shared) */
-#define SHM_COPY_READ_MIN (512u << 10)
+ * helper's copy takes away. Decided on data the lender had just written
+ * (tbrt-bench bw-reg-fresh: lines in the lender's cache, not the reader's,
+ * as a real sender's are): 64 KiB READs shared ran 1.15-1.45x the reader
+ * alone (10 of 10 interleaved pairs, median 1.3), 256 KiB higher in 7 of 8,
+ * 40 KB also (6 of 8, ~1.15x). One buffer sent again and again (bw-reg),
+ * whose lines the reader's cache keeps between READs, moves nothing across:
+ * there sharing was even at 64 KiB (median 1.0) and lost ~8% at 40 KB, so
+ * not below 64 KiB. (This was 512 KiB, chosen on that repeated buffer.) */
+#define SHM_COPY_READ_MIN (64u << 10)
 #define SHM_COPY_MAX_PIECES 0x7fffu     /* the claim word's 16-bit fields never carry */
 /* A helper's run: at most this many pieces a claim. Half of what is left
  * alone let a helper that arrived early take 2 MiB of a 4 MiB READ, and its
