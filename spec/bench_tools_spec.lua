@@ -22,7 +22,7 @@ describe("the bench's programs", function()
     end
   end)
 
-  it("tbrt-bench streams from and into registered memory (bw-reg, lat-reg), and fresh lines each message (-fresh), every byte checked",
+  it("tbrt-bench streams from and into registered memory (bw-reg, lat-reg) and fresh lines (-fresh), every byte checked",
     function()
       -- sizes on both sides of the direct threshold (32 KiB) and of a shared READ (64 KiB)
       for _, n in ipairs({ "1000", "40000", "70000", "1048583" }) do

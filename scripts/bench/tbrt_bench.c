@@ -305,9 +305,11 @@ int main(int argc, char **argv)
             uint64_t idx = (uint64_t)i;
             if (n >= 8)
                 memcpy(want, &idx, 8);
-            if (fresh)          /* a store to each line: ours alone again */
+            if (fresh) {        /* a store to each line: ours alone again */
                 for (size_t off = 64; off < n; off += 64)
                     ((volatile uint8_t *)want)[off] = want[off];
+                ((volatile uint8_t *)want)[n - 1] = want[n - 1];    /* the last, partial one */
+            }
             if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n)
                 die("send", l);
         }
