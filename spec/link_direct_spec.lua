@@ -17,6 +17,7 @@ local H = require("helpers")
 
 local C = core.C
 local EAGAIN, EBUSY = -11, -16
+pcall(ffi.cdef, "int shutdown(int fd, int how);")
 local RC = { device = "soft", personality = "linux-rc" }
 
 -- send n bytes of p on a (a task), receive them into dst on b: the count
@@ -248,6 +249,30 @@ describe("direct transfers", function()
       a:close() ; b:close()
     end))
   end
+
+  -- A READ that fails at the lender is also what a lender that died gives
+  -- (its memory went with it), and the device may see it before the
+  -- bootstrap socket's EOF is read: the death is named, the device's word
+  -- after it. (The lender's end of the socket shut without a goodbye is its
+  -- death as the reader sees it.)
+  it("a reader names a lender that died as the cause of a failed READ, the device's word after",
+    L.async(function()
+      local a, b = L.pair(RC)
+      local n = 65536
+      local src, dst = L.pattern(n, 2), ffi.new("uint8_t[?]", n)
+      assert(a:register(src, n)) ; assert(b:register(dst, n))
+      assert.is_true(a:inject("offer-key"))
+      local t = task.spawn(function() return a:send(src, n, 2) end)
+      local nfd, f0, f1 = a:_fds()
+      assert.equal(0, ffi.C.shutdown(nfd == 2 and f1 or f0, 2))      -- SHUT_RDWR
+      local got, err = b:recv_into(dst, n, 5)
+      assert.is_nil(got)
+      assert.matches("^ECONNRESET: link %d+: peer closed the bootstrap socket without saying " ..
+        "goodbye %(peer process died%?%); the device had reported: direct read completion: " ..
+        "IBV_WC_REM_ACCESS_ERR", err)
+      t:join(10)
+      a:close() ; b:close()
+    end))
 
   it("a done frame that answers no offer fails its receiver, naming it", L.async(function()
     local a, b = L.pair(RC)

@@ -65,10 +65,35 @@ int link_note(tbrt_link *l, int err, const char *fmt, ...)
     return -err;
 }
 
+/* A completion that failed at the peer or on the way to it (xport.err_at_peer)
+ * is also how a peer process that died looks from here, and the device can
+ * see it first: a dying process closes its files one by one, its memory's
+ * before or after its end of the bootstrap socket. So the socket is asked,
+ * for up to PEER_GONE_WAIT_MS: a peer that died is the cause to report, the
+ * completion its symptom (kept in the message); a live peer's failure is
+ * reported as the completion said. */
+#define PEER_GONE_WAIT_MS 20
+
+static bool peer_died_first(tbrt_link *l)
+{
+    if (!l->x.dev || !l->x.err_at_peer || l->bye || l->x.peer_dead)
+        return false;
+    struct pollfd p = {.fd = l->x.fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, PEER_GONE_WAIT_MS) <= 0)
+        return false;
+    link_check_liveness(l, true);
+    if (l->state != TBRT_LINK_BROKEN)
+        return false;
+    size_t n = strlen(l->why);
+    snprintf(l->why + n, sizeof l->why - n, "; the device had reported: %s", l->x.why);
+    return true;
+}
+
 intptr_t link_took_failed(tbrt_link *l, intptr_t rc)
 {
     if (l->x.err && l->state != TBRT_LINK_BROKEN) {
-        link_fail(l, l->x.err, "%s", l->x.why);
+        if (!peer_died_first(l))
+            link_fail(l, l->x.err, "%s", l->x.why);
         link_took_wire(l);
     }
     return rc != -EAGAIN && l->state == TBRT_LINK_BROKEN ? -l->err : rc;

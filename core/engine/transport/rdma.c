@@ -456,6 +456,16 @@ static int frame_arrived(struct xport *x, const struct ibv_wc *wc)
     return 0;
 }
 
+/* A completion that failed at the responder or on the way to it: what a
+ * peer whose process died (its QP and memory gone with it) or whose host
+ * went away gives too (link.c asks the bootstrap socket which it was). */
+static bool status_at_peer(enum ibv_wc_status st)
+{
+    return st == IBV_WC_REM_ACCESS_ERR || st == IBV_WC_REM_OP_ERR ||
+           st == IBV_WC_REM_INV_REQ_ERR || st == IBV_WC_REM_ABORT_ERR ||
+           st == IBV_WC_RETRY_EXC_ERR || st == IBV_WC_RNR_RETRY_EXC_ERR;
+}
+
 /* The CQ, all of it or WC_BATCH completions. */
 static int poll_cq(struct xport *x)
 {
@@ -471,6 +481,8 @@ static int poll_cq(struct xport *x)
             const char *v = tbrt_dev_vendor_err(x->dev, wc[i].vendor_err);
             if (!v[0] && wc[i].vendor_err == 0)
                 v = tbrt_dev_why(x->dev);
+            if (!x->err)
+                x->err_at_peer = status_at_peer(wc[i].status);
             return xport_fail(x, wc[i].status == IBV_WC_RETRY_EXC_ERR ? ECONNRESET : EIO,
                              "%s completion: %s%s%s",
                              is_recv                            ? "recv"

@@ -97,6 +97,9 @@ struct xport {
     /* the first failure, recorded by xport_fail; the engine adopts it */
     int err;
     char why[TBRT_WHY_MAX];
+    bool err_at_peer;           /* that failure is a completion that failed at the
+                                   peer or on the way (its memory or QP gone, no
+                                   answer): also how a peer that died looks */
     bool peer_dead;             /* the bootstrap socket failed */
     bool full_looks;            /* (engine) the peer said goodbye or died: every look
                                    polls everything (rdma: the CQ too) */
