@@ -40,6 +40,9 @@ HEADERS   := core/include/tbrt.h $(filter-out core/include/tbrt.h,$(sort $(wildc
 
 # `make` alone builds all, whatever rules the part fragments below define first.
 .DEFAULT_GOAL := all
+# A recipe that fails or is interrupted leaves no target behind (a half-written
+# file would count as up to date the next time).
+.DELETE_ON_ERROR:
 
 # Generated tables (mlx5 layouts etc.) live in $(BUILD)/gen; parts add to
 # GEN_HEADERS in their own makefile fragment (core/<part>/part.mk).
@@ -153,11 +156,14 @@ fuzz:
 	  build-fuzz/fuzz-link-frames
 
 # The engine's target (the wires' are in core/soft/part.mk): a hostile
-# peer's frames into a link's receive ring.
+# peer's frames into a link's receive ring. The fuzz targets link to a .tmp
+# file renamed when whole: the fuzz specs run `make fuzz` themselves, and a
+# spec killed mid-link (SIGKILL: make cannot clean up) left a zero-byte
+# target that the next `make fuzz` took as up to date.
 $(BUILD)/fuzz-link-frames: spec/support/fuzz_link_frames.c core/engine/link.h \
                            core/engine/transport/transport.h core/engine/transport/framing.h \
                            $(BUILD)/libtbrt.a
-	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libtbrt.a $(LDLIBS_CORE)
+	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@.tmp $< $(BUILD)/libtbrt.a $(LDLIBS_CORE) && mv -f $@.tmp $@
 
 # The README's test command is scripts/check.sh (the sanitizer pass, the
 # normal pass, one summary line over both); this runs it too.
