@@ -155,15 +155,19 @@ fuzz:
 	  SANITIZE="$(FUZZ_SANITIZE)" build-fuzz/fuzz-udp-wire build-fuzz/fuzz-shm-wire \
 	  build-fuzz/fuzz-link-frames
 
-# The engine's target (the wires' are in core/soft/part.mk): a hostile
-# peer's frames into a link's receive ring. The fuzz targets link to a .tmp
-# file renamed when whole: the fuzz specs run `make fuzz` themselves, and a
-# spec killed mid-link (SIGKILL: make cannot clean up) left a zero-byte
+# A fuzz target's link (its source first among the prerequisites): to a
+# .tmp file renamed when whole. The fuzz specs run `make fuzz` themselves, and
+# a spec killed mid-link (SIGKILL: make cannot clean up) left a zero-byte
 # target that the next `make fuzz` took as up to date.
+FUZZ_LINK = $(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@.tmp $< $(BUILD)/libtbrt.a $(LDLIBS_CORE) \
+            && mv -f $@.tmp $@
+
+# The engine's target (the wires' are in core/soft/part.mk): a hostile
+# peer's frames into a link's receive ring.
 $(BUILD)/fuzz-link-frames: spec/support/fuzz_link_frames.c core/engine/link.h \
                            core/engine/transport/transport.h core/engine/transport/framing.h \
                            $(BUILD)/libtbrt.a
-	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@.tmp $< $(BUILD)/libtbrt.a $(LDLIBS_CORE) && mv -f $@.tmp $@
+	$(FUZZ_LINK)
 
 # The README's test command is scripts/check.sh (the sanitizer pass, the
 # normal pass, one summary line over both); this runs it too.

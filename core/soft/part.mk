@@ -31,8 +31,8 @@ $(BULK_COPY_CHECK): spec/support/bulk_copy_check.c core/util/copy.h $(BUILD)/lib
 
 $(BUILD)/fuzz-udp-wire: spec/support/fuzz_udp_wire.c spec/support/fuzz_common.h core/soft/wire/udp/udp.h \
                         $(BUILD)/libtbrt.a
-	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@.tmp $< $(BUILD)/libtbrt.a $(LDLIBS_CORE) && mv -f $@.tmp $@
+	$(FUZZ_LINK)
 
 $(BUILD)/fuzz-shm-wire: spec/support/fuzz_shm_wire.c spec/support/fuzz_common.h core/soft/wire/shm/shm.h \
                         $(BUILD)/libtbrt.a
-	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@.tmp $< $(BUILD)/libtbrt.a $(LDLIBS_CORE) && mv -f $@.tmp $@
+	$(FUZZ_LINK)
