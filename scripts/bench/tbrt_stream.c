@@ -11,7 +11,15 @@
  * pattern stamped with its index. The sender's work is the same in both
  * modes (the message is copied from the same source, into the ring either
  * by send or through the view); the receiver compares in place with views,
- * after a copy out without. A short untimed warm-up goes first. */
+ * after a copy out without. A short untimed warm-up goes first.
+ *
+ * Each process makes its own pattern and buffers after the fork, as two
+ * programs would. A pattern made before it stays one set of physical pages
+ * (copy-on-write) that the sender copies from and the receiver compares
+ * with: one copy in the shared cache instead of two, and 4 MiB streams
+ * came out ~1.3x faster than with a pattern each (blocks alternating
+ * between the two in one run, 6 of 6 runs), which the Lua twin, a program
+ * of its own, never gets. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,13 +102,15 @@ int main(int argc, char **argv)
         return 2;
     }
     int port = 0, ls = bench_listen(&port);
-    uint8_t *want = malloc(n), *buf = malloc(n);
-    if (!want || !buf)
+    pid_t child = fork();
+    if (child < 0)
+        bench_die("fork", NULL);
+    uint8_t *want = malloc(n), *buf = child == 0 ? malloc(n) : NULL;
+    if (!want || (child == 0 && !buf))
         bench_die("malloc", NULL);
     bench_fill(want, n);
-    memset(buf, 0, n);
-    pid_t child = fork();
     if (child == 0) {
+        memset(buf, 0, n);
         tbrt_link *l = bench_link(bench_accept(ls), dev, pers);
         close(ls);
         for (long i = 0; i < WARM; i++) {
