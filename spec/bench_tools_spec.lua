@@ -70,12 +70,12 @@ describe("the bench's programs", function()
     assert.is_true(json.bw > 0 and json.lat_us > 0 and json.rss_kib > 0 and json.setup_ms > 0)
   end)
 
-  it("measure the memcpy ceilings, and glibc's cliff beside bulk_copy", function()
+  it("measure the memcpy ceilings, glibc's cliff beside bulk_copy, and rings across the CPUs", function()
     local out = run(H.build .. "/tbrt-memcpy", {})
     local names = {}
     for name in out:gmatch("([%w_]+) [%d.]+ GB/s\n") do names[#names + 1] = name end
     assert.same({ "memcpy_4m_hot", "memcpy_128k_ring16", "memcpy_64k_skew16", "memcpy_64k_aligned",
-      "bulk_copy_64k_skew16" }, names)
+      "bulk_copy_64k_skew16", "xring_4m", "xring_dma_4m" }, names)
   end)
 
   it("measure a cache line's one-way between two processes (tbrt-line), the latency floor", function()

@@ -58,6 +58,8 @@ return function(env)
     { "memcpy_64k_skew16", "memcpy 64 KiB, dst 16 B past src", memcpy("64k_skew16") },
     { "memcpy_64k_aligned", "memcpy 64 KiB, same page offsets", memcpy("64k_aligned") },
     { "bulk_copy_64k_skew16", "bulk_copy 64 KiB, dst 16 B past src", memcpy("64k_skew16", "bulk_copy_") },
+    { "xring_4m", "cross-CPU ring: 4 MiB copied in, compared in place", memcpy("xring_4m", "") },
+    { "xring_dma_4m", "cross-CPU ring, and a copy between rings (a SEND's)", memcpy("xring_dma_4m", "") },
     { "c_copy4m", "tbrt soft C stream copies 4 MiB", stream(stream_c, "soft", P, "copy", 4194304, 300) },
     { "c_view4m", "tbrt soft C stream views 4 MiB", stream(stream_c, "soft", P, "view", 4194304, 300) },
     { "lua_copy4m", "tbrt soft Lua stream copies 4 MiB", stream(stream_lua, "soft", P, "copy", 4194304, 300) },
@@ -78,6 +80,11 @@ return function(env)
     row("views / copies, 4 MiB stream (C)", "c_view4m", "c_copy4m", "copying path", ">=", 1.2),
     row("views 4 MiB stream, GB/s (C)", "c_view4m", "memcpy_4m_hot", "memcpy 4M hot", ">=", 0.6),
     row("views 4 MiB stream, GB/s (C)", "c_view4m", "memcpy_128k_ring16", "memcpy ring16", nil),
+    -- the same work across the two CPUs without tbrt (tbrt-memcpy): what a
+    -- NIC-backed stream could reach, and with the soft device's copy between
+    -- the rings (its DMA, done by a CPU) as a bare program
+    row("cross-CPU ring 4 MiB, GB/s", "xring_4m", "memcpy_4m_hot", "memcpy 4M hot", nil),
+    row("views 4 MiB stream, GB/s (C)", "c_view4m", "xring_dma_4m", "ring + DMA copy", nil),
     -- glibc's REP MOVSB cliff (util/copy.h): what the core's copies avoid
     row("memcpy 64 KiB, dst 16 B past src, GB/s", "memcpy_64k_skew16", "memcpy_64k_aligned",
       "same offsets", nil),
