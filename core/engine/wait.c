@@ -313,12 +313,22 @@ intptr_t tbrt_link_send_all(tbrt_link *l, const void *buf, size_t len, double ti
 {
     if (!l || (!buf && len))
         return -EINVAL;
+    /* a message that fits at once, no TBRT_DEBUG=2 line asked for: the one
+     * send, nothing around it (on an 8 B ping-pong's path, the wrapper's
+     * calls and words were ~4% of the one-way: 9 of 12 interleaved runs) */
+    size_t first = 0;
+    if (!DBG_ON(DBG_OP)) {
+        intptr_t n = tbrt_link_send(l, buf, len);   /* (it checks the link) */
+        if (n == (intptr_t)len || (n < 0 && n != -EAGAIN))
+            return n;
+        first = n > 0 ? (size_t)n : 0;
+    }
     int rc = link_usable(l, "send");
     if (rc)
         return rc;
-    /* the clock only for TBRT_DEBUG=2, and no wait when all fits at once */
+    /* the clock only for TBRT_DEBUG=2 */
     double t0 = DBG_ON(DBG_OP) ? now_s() : 0, t = pick_timeout(l, timeout);
-    struct io_arg a = {.cbuf = buf, .len = len};
+    struct io_arg a = {.cbuf = buf, .len = len, .done = first};
     if (cond_send(l, &a))
         return op_done(l, "send_all", len, a.rc ? a.rc : (intptr_t)a.done, t0);
     rc = link_wait(l, cond_send, &a, t, true);
@@ -348,11 +358,13 @@ int tbrt_link_flush_all(tbrt_link *l, double timeout)
     /* a message's end, on the path of every message: the flush alone when
      * it goes at once (the debug line's figures only when asked for) */
     bool dbg = DBG_ON(DBG_OP);
+    int rc;
+    if (!dbg && (rc = tbrt_link_flush(l)) != -EAGAIN)
+        return rc;
     double t0 = dbg ? now_s() : 0;
     size_t pending = dbg ? link_unflushed(l) : 0;
-    int rc;
-    if (cond_flush(l, &rc))
-        return dbg ? flush_done(l, pending, rc, t0) : rc;
+    if (dbg && cond_flush(l, &rc))
+        return flush_done(l, pending, rc, t0);
     double t = pick_timeout(l, timeout);
     int w = link_wait(l, cond_flush, &rc, t, true);
     if (w == -ETIMEDOUT) {
