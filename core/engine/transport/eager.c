@@ -162,6 +162,10 @@ int eager_offer_in(struct xport *x, const uint8_t *payload, uint32_t len)
                           (unsigned long long)addr, EAGER_SLOTS_MAX);
     x->eager.peer_addr = addr;
     x->eager.peer_rkey = rkey;
+    x->eager.wr = (struct ibv_send_wr){.wr_id = RDMA_EAGER_TAG | WR_FRAME, .num_sge = 1,
+                                       .opcode = IBV_WR_RDMA_WRITE,
+                                       .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE};
+    x->eager.wr.wr.rdma.rkey = rkey;
     /* we write frames only if we can read the peer's control block (credits,
      * asleep): our own region must exist */
     x->eager.out_slots = x->eager.mr ? slots : 0;
@@ -258,13 +262,13 @@ int eager_post(struct xport *x, const uint8_t *at_const, uint32_t len)
     uint64_t t = htole64(trailer_of(seq));
     memcpy(at + end, &t, 8);
     uint32_t slot = x->eager.sent & (x->eager.out_slots - 1);   /* a power of 2 */
-    struct ibv_sge sge = {.addr = (uintptr_t)at, .length = end + 8, .lkey = x->send_mr->lkey};
-    struct ibv_send_wr wr = {.wr_id = RDMA_EAGER_TAG | WR_FRAME, .sg_list = &sge, .num_sge = 1,
-                             .opcode = IBV_WR_RDMA_WRITE,
-                             .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE};
-    wr.wr.rdma.remote_addr = x->eager.peer_addr + EAGER_CTL + (uint64_t)slot * EAGER_SLOT;
-    wr.wr.rdma.rkey = x->eager.peer_rkey;
-    int rc = tbrt_post_send(x->qp, &wr, NULL);
+    /* the write made at the offer (eager_offer_in), this frame's parts in it */
+    x->eager.sge = (struct ibv_sge){.addr = (uintptr_t)at, .length = end + 8,
+                                    .lkey = x->send_mr->lkey};
+    struct ibv_send_wr *wr = &x->eager.wr;
+    wr->sg_list = &x->eager.sge;
+    wr->wr.rdma.remote_addr = x->eager.peer_addr + EAGER_CTL + (uint64_t)slot * EAGER_SLOT;
+    int rc = tbrt_post_send(x->qp, wr, NULL);
     if (rc)
         return xport_fail(x, -rc, "post_send eager frame %u (%u bytes): %s", seq, end + 8,
                           tbrt_dev_why(x->dev));

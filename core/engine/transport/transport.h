@@ -207,6 +207,10 @@ struct xport {
         bool asleep_told;
         uint32_t look;          /* looks: the CQ is polled every 4th... */
         bool recent;            /* ...while the last frame taken was eager */
+        /* the eager write, made once the peer's region is known: a post
+         * fills in only the frame's place, length and slot */
+        struct ibv_sge sge;
+        struct ibv_send_wr wr;
     } eager;
 
     /* tcp */
