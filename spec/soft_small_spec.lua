@@ -364,6 +364,51 @@ describe("soft device, a small inline WRITE to an empty queue (run at post)", fu
     assert.is_nil(V.first_bad(p.bbuf, 0, 64, 3))
     assert.is_nil(V.first_bad(p.bbuf, 256, 32, 9))
   end)
+
+  it("runs the WRITEs of a list at post too, one by one, each completed in order", function()
+    -- (one work request alone takes the device's own fast way to the wire;
+    -- a list goes the general way, which finds each one runnable there)
+    p = V.pair{ personality = "linux-rc", type = "RC", inline = 64 }
+    assert(write(8, 0)); assert.equal("IBV_WC_SUCCESS", assert(p.cq_a:wait(1))[1].status)
+    local d = direct(p.a)
+    local sge = ffi.new("struct ibv_sge[3]")
+    local wr = ffi.new("struct ibv_send_wr[3]")
+    for i = 0, 2 do
+      V.fill(p.abuf, 64 * i, 48, 20 + i)
+      sge[i].addr, sge[i].length, sge[i].lkey = p.amr.addr + 64 * i, 48, p.amr.lkey
+      wr[i].wr_id, wr[i].sg_list, wr[i].num_sge = 100 + i, sge + i, 1
+      wr[i].opcode = verbs.OPCODE.RDMA_WRITE
+      wr[i].send_flags = bit.bor(C.IBV_SEND_SIGNALED, C.IBV_SEND_INLINE)
+      wr[i].wr.rdma.rkey, wr[i].wr.rdma.remote_addr = p.bmr.rkey, p.bmr.addr + 128 + 64 * i
+      if i < 2 then wr[i].next = wr + i + 1 end
+    end
+    assert.equal(0, C.tbrt_post_send(p.a.q, wr, nil))
+    local got = {}
+    while #got < 3 do
+      for _, wc in ipairs(assert(p.cq_a:wait(1))) do got[#got + 1] = wc end
+    end
+    for i = 0, 2 do
+      assert.equal(100 + i, got[i + 1].wr_id)
+      assert.equal("IBV_WC_SUCCESS", got[i + 1].status)
+      assert.is_nil(V.first_bad(p.bbuf, 128 + 64 * i, 48, 20 + i), "WRITE " .. i)
+    end
+    assert.equal(d + 3, direct(p.a), "the list's WRITEs did not run at post")
+  end)
+
+  it("takes a WRITE alone by the rules of any post: too much inline data refused, one " ..
+     "posted to a QP in ERR flushed", function()
+    p = V.pair{ personality = "linux-rc", type = "RC", inline = 64 }
+    local ok, err = write(65, 0)
+    assert.is_nil(ok)
+    assert.matches("^EINVAL: .*post_send: 65 inline bytes, max_inline_data 64$", err)
+    assert.equal(0, direct(p.a))
+    assert(p.a:modify{ state = "ERR" })
+    ok, err = write(16, 0)
+    assert.is_true(ok, tostring(err))       -- (posted to ERR: flushed)
+    local wc = assert(p.cq_a:wait(1))[1]
+    assert.equal("IBV_WC_WR_FLUSH_ERR", wc.status)
+    assert.equal(0, direct(p.a))
+  end)
 end)
 
 describe("a link's small frames and its waiter", function()

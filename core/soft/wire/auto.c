@@ -449,6 +449,12 @@ static void auto_post_send(struct soft_wire_qp *q, uint64_t index, const struct 
         SHM->post_send(q->shm, index, s);
 }
 
+static bool auto_write_inline(struct soft_wire_qp *q, uint64_t index, const void *data,
+                              uint32_t len, uint64_t remote_addr, uint32_t rkey)
+{
+    return q->on == ON_SHM && SHM->write_inline(q->shm, index, data, len, remote_addr, rkey);
+}
+
 /* Only shared memory runs a queue by itself; UDP's sends go out in its turn. */
 static bool auto_doorbell(struct soft_wire_qp *q)
 {
@@ -590,6 +596,7 @@ const struct soft_wire_ops soft_wire_auto = {
     .qp_modify = auto_qp_modify,
     .post_recv = auto_post_recv,
     .post_send = auto_post_send,
+    .write_inline = auto_write_inline,
     .doorbell = auto_doorbell,
     .progress = auto_progress,
     .quiet = auto_quiet,

@@ -881,9 +881,11 @@ static inline bool shm_path_up(struct soft_wire *w, struct soft_path_memo *m, ui
                                tport ? tport : 1);
 }
 
-/* shm_direct.c: run send `index` (a small inline WRITE) from the poster's
- * own copy s at once, when the queue is empty and nothing can go other than
- * well; true when it ran (posted and finished), false: post it as any. */
-bool shm_direct_write(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_send *s);
+/* shm_direct.c: run send `index` (a small inline WRITE of len bytes from
+ * data) from the poster's own memory at once, when the queue is empty and
+ * nothing can go other than well (wire.h: write_inline); true when it ran
+ * (posted and finished), false: post it as any. */
+bool shm_direct_write(struct soft_wire_qp *q, uint64_t index, const void *data, uint32_t len,
+                      uint64_t remote_addr, uint32_t rkey);
 
 #endif

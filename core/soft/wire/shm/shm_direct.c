@@ -10,25 +10,26 @@
  * small WQE that would be the only one in its queue is written straight
  * into the NIC with the doorbell, and the NIC skips fetching it.
  *
- * Here such a send runs from the poster's own copy of the work request,
- * which no peer can touch, under the queue's executor lock as any run: the
- * outcome (the bytes placed last word last, the result in the slot, the
- * head past it, the send CQ's doorbell) is the run's. It is taken only when
- * nothing can go other than well: the queue empty, the connected peer
- * looked up and not due for its liveness look, its ports up as last found,
- * no faults set, the remote key in the cache of mapped regions. Anything
- * else is left to the ordinary path, which decides and reports it; nothing
- * was changed before the copy. */
+ * Here such a send runs from the poster's own words (the objects' fast
+ * path, wire.h: write_inline, or the ordinary post's copy of the work
+ * request), which no peer can touch, under the queue's executor lock as
+ * any run: the outcome (the bytes placed last word last, the result in the
+ * slot, the head past it, the send CQ's doorbell) is the run's. It is taken
+ * only when nothing can go other than well: the queue empty, the connected
+ * peer looked up and not due for its liveness look, its ports up as last
+ * found, no faults set, the remote key in the cache of mapped regions.
+ * Anything else is left to the ordinary path, which decides and reports
+ * it; nothing was changed before the copy. */
 #include <string.h>
 
 #include "soft/wire/shm/shm.h"
 #include "util/copy.h"
 #include "util/util.h"
 
-bool shm_direct_write(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_send *s)
+bool shm_direct_write(struct soft_wire_qp *q, uint64_t index, const void *data, uint32_t len,
+                      uint64_t remote_addr, uint32_t rkey)
 {
-    if (s->opcode != IBV_WR_RDMA_WRITE || !(s->send_flags & IBV_SEND_INLINE) ||
-        s->num_sge != 1 || s->total == 0 || q->stopped || q->a.state != IBV_QPS_RTS)
+    if (len == 0 || q->stopped || q->a.state != IBV_QPS_RTS)
         return false;
     struct soft_wire *w = q->w;
     struct shm_view *v = &q->peer;
@@ -44,14 +45,14 @@ bool shm_direct_write(struct soft_wire_qp *q, uint64_t index, const struct soft_
         return false;
     void *remote;
     char why[TBRT_WHY_MAX];
-    if (shm_peer_mem(w, v->peer, s->rkey, s->remote_addr, s->total, IBV_ACCESS_REMOTE_WRITE,
-                     &remote, why, sizeof why))
+    if (shm_peer_mem(w, v->peer, rkey, remote_addr, len, IBV_ACCESS_REMOTE_WRITE, &remote, why,
+                     sizeof why))
         return false;
     if (!shm_sq_lock(w, q->sh, false))
         return false;           /* the peer looks at our queue: the ordinary way */
     q->alive_tick++;
     q->counts.direct_writes++;
-    placed_copy(remote, (const void *)(uintptr_t)s->sge[0].addr, s->total);
+    placed_copy(remote, data, len);
     /* as run() finishes a send: the result, then the head (with the tail:
      * the queue holds nothing between them) */
     q->self.sq[index & (q->sq_cap - 1)].res =

@@ -317,7 +317,11 @@ static void shm_post_recv(struct soft_wire_qp *q, uint64_t index, const struct s
 
 static void shm_post_send(struct soft_wire_qp *q, uint64_t index, const struct soft_wire_send *s)
 {
-    if (shm_direct_write(q, index, s))
+    /* (the objects' own write_inline comes first; a list of work requests,
+     * say, brings one here) */
+    if (s->opcode == IBV_WR_RDMA_WRITE && (s->send_flags & IBV_SEND_INLINE) && s->num_sge == 1 &&
+        shm_direct_write(q, index, (const void *)(uintptr_t)s->sge[0].addr,
+                         s->sge[0].length, s->remote_addr, s->rkey))
         return;
     struct shm_swr *w = &q->self.sq[index & (q->sq_cap - 1)];
     w->opcode = s->opcode;
@@ -551,6 +555,7 @@ const struct soft_wire_ops soft_wire_shm = {
     .qp_modify = shm_qp_modify,
     .post_recv = shm_post_recv,
     .post_send = shm_post_send,
+    .write_inline = shm_direct_write,
     .doorbell = shm_doorbell,
     .progress = shm_progress,
     .quiet = shm_quiet,
