@@ -463,9 +463,10 @@ struct soft_wire_ops {
      * bytes from data to remote_addr under rkey, checked by the objects
      * against the API's rules: run it now if nothing can go other than well,
      * as mlx5's BlueFlame writes a small WQE straight into the NIC. true: it
-     * ran (posted and finished; its result comes from send_done as any).
-     * false: nothing was done or changed; the objects post it with post_send,
-     * which decides and reports. */
+     * ran (posted and finished; its result comes from send_done as any; the
+     * queue is empty again, no doorbell needed). false: nothing was done or
+     * changed; the objects post it with post_send, which decides and
+     * reports. */
     bool (*write_inline)(struct soft_wire_qp *q, uint64_t index, const void *data, uint32_t len,
                          uint64_t remote_addr, uint32_t rkey);
     /* Optional: sends were just posted to this queue; run them now, as a
