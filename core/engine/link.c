@@ -105,7 +105,7 @@ intptr_t link_took_failed(tbrt_link *l, intptr_t rc)
  * 64th call only. A tcp link's socket is its data: recv tells of a process
  * gone (EOF) and keepalive of an idle host gone; a waiting caller (progress)
  * also looks whether our bytes go unacknowledged. */
-static int live_tick(tbrt_link *l, bool waiting)
+static inline int live_tick(tbrt_link *l, bool waiting)
 {
     if (!l->x.dev)
         return waiting ? link_check_tcp_acks(l, now_s()) : 0;
@@ -433,7 +433,7 @@ int tbrt_link_ready(tbrt_link *l)
 
 /* ---- data path -------------------------------------------------------------------- */
 
-int link_usable(tbrt_link *l, const char *op)
+int link_not_usable(tbrt_link *l, const char *op)
 {
     if (l->state == TBRT_LINK_READY)
         return 0;

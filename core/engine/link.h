@@ -66,8 +66,23 @@ int link_fail(tbrt_link *l, int err, const char *fmt, ...) __attribute__((format
 int link_note(tbrt_link *l, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Length of the "link N: " prefix of s, a message of l (0 if none). */
 size_t link_prefix_len(const tbrt_link *l, const char *s);
-/* Whether the link may be used for data now; 0, or -errno with a message. */
-int link_usable(tbrt_link *l, const char *op);
+/* Whether the link may be used for data now; 0, or -errno with a message.
+ * Inline: every send, flush and recv asks, and a ready link answers at once
+ * (the message's path is counted in instructions: scripts/bench/cost.sh). */
+int link_not_usable(tbrt_link *l, const char *op);
+static inline int link_usable(tbrt_link *l, const char *op)
+{
+    return __builtin_expect(l->state == TBRT_LINK_READY, 1) ? 0 : link_not_usable(l, op);
+}
+/* The copying calls while a view is open: 0, or views.c's refusal. */
+static inline int views_busy_send(tbrt_link *l, const char *op)
+{
+    return __builtin_expect(l->views.send_open, 0) ? views_refuse_send(l, op) : 0;
+}
+static inline int views_busy_recv(tbrt_link *l, const char *op)
+{
+    return __builtin_expect(l->views.recv_open, 0) ? views_refuse_recv(l, op) : 0;
+}
 
 /* wait.c: spin, then sleep on the fds, until cond holds or timeout (s). */
 typedef bool (*link_cond)(tbrt_link *l, void *arg);

@@ -27,7 +27,7 @@
 #include "engine/link.h"
 #include "util/util.h"
 
-int views_busy_send(tbrt_link *l, const char *op)
+int views_refuse_send(tbrt_link *l, const char *op)
 {
     if (!l->views.send_open)
         return 0;
@@ -35,7 +35,7 @@ int views_busy_send(tbrt_link *l, const char *op)
                      l->views.send_len);
 }
 
-int views_busy_recv(tbrt_link *l, const char *op)
+int views_refuse_recv(tbrt_link *l, const char *op)
 {
     if (!l->views.recv_open)
         return 0;

@@ -18,10 +18,10 @@ struct link_views {
     size_t keep_len[2];
 };
 
-/* Refusals for the copying calls while a view is open: 0, or -EINVAL with
- * the link's message naming op. */
-int views_busy_send(struct tbrt_link *l, const char *op);
-int views_busy_recv(struct tbrt_link *l, const char *op);
+/* Refusals for the copying calls while a view is open (link.h asks,
+ * views_busy_*): 0, or -EINVAL with the link's message naming op. */
+int views_refuse_send(struct tbrt_link *l, const char *op);
+int views_refuse_recv(struct tbrt_link *l, const char *op);
 /* close: called before the transport's teardown, and after it. A view still
  * open keeps its ring's addresses reserved (views.c). */
 void views_before_teardown(struct tbrt_link *l);
