@@ -70,7 +70,8 @@ describe("the bench's programs", function()
     assert.is_true(json.bw > 0 and json.lat_us > 0 and json.rss_kib > 0 and json.setup_ms > 0)
   end)
 
-  it("measure the memcpy ceilings, glibc's cliff beside bulk_copy, and rings across the CPUs", function()
+  it("measure the memcpy ceilings, glibc's cliff beside bulk_copy, and rings across the CPUs",
+    function()
     local out = run(H.build .. "/tbrt-memcpy", {})
     local names = {}
     for name in out:gmatch("([%w_]+) [%d.]+ GB/s\n") do names[#names + 1] = name end

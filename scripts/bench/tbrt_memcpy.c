@@ -1,5 +1,6 @@
 /* tbrt_memcpy.c - the memcpy ceilings `make bench` compares streaming with,
- * measured in the same run on the same machine (one thread, gcc's memcpy):
+ * measured in the same run on the same machine (glibc's memcpy; one thread,
+ * but for the two rings across the CPUs at the end):
  *
  *   memcpy_4m_hot       a 4 MiB message copied between the same two
  *                       buffers again and again: both stay in cache. The
@@ -140,11 +141,13 @@ static void xr_give_up(struct xr_ctl *c, int code)
  * dma: copied into a ring of its own first (the slot freed at once). */
 static void xr_reader(struct xr_ctl *c, const uint8_t *ring, bool dma)
 {
-    uint8_t *pat = malloc(XR_MSG), *own = aligned_alloc(4096, (size_t)XR_SLOTS * XR_SLOT);
-    if (!pat || !own)
+    uint8_t *pat = malloc(XR_MSG), *own = dma ? aligned_alloc(4096, (size_t)XR_SLOTS * XR_SLOT)
+                                              : NULL;
+    if (!pat || (dma && !own))
         xr_give_up(c, 3);
     bench_fill(pat, XR_MSG);
-    memset(own, 0, (size_t)XR_SLOTS * XR_SLOT);
+    if (own)
+        memset(own, 0, (size_t)XR_SLOTS * XR_SLOT);
     for (uint64_t k = 0;; k++) {
         if (!xr_wait(&c->made, k, &c->stop))
             xr_give_up(c, 2);
@@ -216,7 +219,7 @@ static void figure_xring(const char *name, bool dma)
         fprintf(stderr, "tbrt-memcpy: %s: the comparing process %s\n", name,
                 !WIFEXITED(st)            ? "died"
                 : WEXITSTATUS(st) == 1    ? "found a piece that differs"
-                : WEXITSTATUS(st) == 3    ? "had no memory for its pattern"
+                : WEXITSTATUS(st) == 3    ? "had no memory for its pattern or ring"
                                           : "stopped answering (or the copying one did)");
         exit(1);
     }
