@@ -68,3 +68,43 @@ end)
     assert.matches("\nexec luajit spec/support/summary%.lua build%-asan/spec%-summary build/spec%-summary\n", check)
   end)
 end)
+
+describe("a spec run's own soft fabric", function()
+  -- (the private directory where soft fabrics keep their registries)
+  local function shm_names()
+    local dir = "/dev/shm/tbrt-" .. uv.getuid()
+    local names, it = {}, uv.fs_scandir(dir)
+    while it do
+      local name = uv.fs_scandir_next(it)
+      if not name then break end
+      names[name] = true
+    end
+    return names
+  end
+
+  it("goes with the run when a spec failed, as when all passed", function()
+    local dir = H.tmpdir()
+    H.write_file(dir .. "/soft_fails_spec.lua", [[
+local L = require("links")
+describe("a link", function()
+  it("is made on the soft device, then a check fails", L.async(function()
+    local a, b = L.pair({ device = "soft", personality = "linux-rc" })
+    a:close(); b:close()
+    assert.is_true(false, "on purpose")
+  end))
+end)
+]])
+    local before = shm_names()
+    -- (a fabric of its own: not this run's, which children inherit)
+    local r = H.run(H.tbrt, { H.root .. "/spec/support/run.lua", dir .. "/soft_fails_spec.lua" },
+      { cwd = H.root, env = { TBRT_SOFT_FABRIC = false }, timeout = 60 })
+    H.rmtree(dir)
+    assert.equal(1, r.code, H.describe(r))
+    assert.matches("on purpose", r.stdout, 1, true)
+    for name in pairs(shm_names()) do
+      if name:match("^spec%-") then
+        assert.is_true(before[name], name .. " was left behind by a run that failed")
+      end
+    end
+  end)
+end)

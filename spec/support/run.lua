@@ -73,7 +73,16 @@ sweep_dead()
 -- busted ends a run with failures by raising error() with no message when
 -- it was started from a file under Lua 5.1 (its "exit" does that so the
 -- caller can clean up); turn that into exit code 1, after the summary line.
+-- A run that failed can also end in its own os.exit (as it does here): the
+-- fabric and the dead's files go first either way.
+local exit = os.exit
+os.exit = function(...)
+  remove_fabric()
+  sweep_dead()
+  return exit(...)
+end
 local ok, err = pcall(require("busted.runner"), { standalone = false })
+os.exit = exit
 remove_fabric()
 sweep_dead()
 if not ok then
