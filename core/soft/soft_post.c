@@ -174,48 +174,11 @@ static void ring_doorbell(struct soft_dev *sd, struct soft_qp *q)
         soft_progress(sd);
 }
 
-/* One small inline RDMA WRITE alone on a connected QP in RTS (a
- * latency-bound sender's, the engine's eager frames): the rules that apply
- * to it checked, then the wire's write_inline, with no soft_wire_send made
- * (the work request's words, a few of them, are all it needs). true: it was
- * posted and ran. false: nothing was done; the general path below posts it
- * or says why not. */
-static bool post_one_write(struct soft_qp *q, const struct ibv_send_wr *wr)
-{
-    tbrt_qp *qp = &q->qp;
-    struct soft_dev *sd = q->sd;
-    const struct soft_personality *p = sd->p;
-    if (!sd->wops->write_inline || wr->next || wr->opcode != IBV_WR_RDMA_WRITE ||
-        wr->num_sge != 1 || !(wr->send_flags & IBV_SEND_INLINE) || qp->state != IBV_QPS_RTS ||
-        (qp->qp_type != IBV_QPT_RC && qp->qp_type != IBV_QPT_UC) || qp->cap.max_send_sge < 1)
-        return false;
-    uint32_t len = wr->sg_list[0].length;
-    uint32_t frames = p->depth_in_frames ? soft_frames(len) : 1;
-    if (len == 0 || len > qp->cap.max_inline_data ||
-        (len > p->max_msg && p->flavor == TBRT_FLAVOR_APPLE) ||
-        q->sq_tail - q->sq_done >= q->sq_cap || q->sq_frames + frames > qp->cap.max_send_wr)
-        return false;
-    if (!sd->wops->write_inline(q->wq, q->sq_tail, (const void *)(uintptr_t)wr->sg_list[0].addr,
-                                len, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey))
-        return false;
-    q->sq_wr[q->sq_tail & q->sq_mask] =
-        (struct soft_wr){.wr_id = wr->wr_id, .total = len, .frames = frames,
-                         .opcode = IBV_WC_RDMA_WRITE,
-                         .signaled = (wr->send_flags & IBV_SEND_SIGNALED) || q->sq_sig_all};
-    q->sq_frames += frames;
-    q->sq_tail++;
-    return true;
-}
-
 int soft_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
     struct soft_qp *q = (struct soft_qp *)qp;
     struct soft_dev *sd = q->sd;
     const struct soft_personality *p = sd->p;
-    if (wr && post_one_write(q, wr)) {
-        *bad = NULL;
-        return 0;               /* it ran: nothing waits for the doorbell */
-    }
     for (; wr; wr = wr->next) {
         *bad = wr;
         if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR)
@@ -265,6 +228,19 @@ int soft_post_send(tbrt_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad
         q->sq_wr[slot] = (struct soft_wr){.wr_id = wr->wr_id, .total = total, .frames = frames,
                                           .opcode = (uint8_t)wc_opcode(wr->opcode),
                                           .signaled = signaled};
+        /* one small inline RDMA WRITE alone (a latency-bound sender's, the
+         * engine's eager frames), its rules checked above: the wire may run
+         * it now from the work request's words, with no soft_wire_send made
+         * and no doorbell after (its queue is empty again) */
+        if (wr->opcode == IBV_WR_RDMA_WRITE && !wr->next && wr->num_sge == 1 &&
+            (wr->send_flags & IBV_SEND_INLINE) && total && sd->wops->write_inline &&
+            sd->wops->write_inline(q->wq, q->sq_tail, (const void *)(uintptr_t)wr->sg_list[0].addr,
+                                   (uint32_t)total, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey)) {
+            q->sq_frames += frames;
+            q->sq_tail++;
+            *bad = NULL;
+            return 0;
+        }
         struct soft_wire_send ws = {.opcode = wr->opcode, .send_flags = wr->send_flags,
                                     .imm_data = wr->imm_data, .num_sge = (uint32_t)wr->num_sge,
                                     .sge = wr->sg_list, .total = total};
