@@ -9,6 +9,7 @@ local ffi = require("ffi")
 local verbs = require("tbrt.verbs")
 local V = require("verbs_helpers")
 local link = require("tbrt.link")
+local H = require("helpers")
 
 local function pair(o)
   o.personality = o.personality or "linux-rc"
@@ -79,6 +80,38 @@ describe("soft UDP wire (loopback)", function()
     assert.is_true(st.corrupt_injected > 0)
     assert.is_true(st.icrc_failures > 0, "the ICRC check found them")
     assert.is_true(st.retransmits > 0)
+  end)
+
+  it("says which packets it dropped for their ICRC when TBRT_UDP_DEBUG=1", function()
+    -- the same corrupted stream in a process of its own: the flag is read
+    -- once, when the process makes its first UDP wire
+    local child = table.concat({
+      "package.path = " .. string.format("%q", H.root .. "/spec/support/?.lua;") .. " .. package.path",
+      "local V = require('verbs_helpers')",
+      "local p = V.pair{ personality = 'linux-rc', type = 'RC', wire = 'udp', mtu = 1024,",
+      "  timeout = 8, mr_len = 256 * 1024 }",
+      "assert(p.dev:faults{ corrupt = 0.05, seed = 3 })",
+      "V.fill(p.abuf, 0, 200 * 1024, 9)",
+      "assert(p.b:post_recv{ mr = p.bmr, len = 200 * 1024, wr_id = 1 })",
+      "assert(p.a:post_send{ mr = p.amr, len = 200 * 1024, wr_id = 2 })",
+      "local r = assert(p.cq_b:wait(1, 20))",
+      "assert(V.first_bad(p.bbuf, 0, 200 * 1024, 9) == nil, 'a wrong byte')",
+      "print('received', r[1].status, 'icrc_failures', p.dev:stats().icrc_failures)",
+      "V.close(p)" }, "\n")
+    local r = H.run_tbrt({ "-" }, { stdin = child, env = { TBRT_UDP_DEBUG = "1" }, timeout = 30 })
+    assert.equal(0, r.code, H.describe(r))
+    local n = tonumber(r.stdout:match("received%s+IBV_WC_SUCCESS%s+icrc_failures%s+(%d+)"))
+    assert.is_true(n and n > 0, H.describe(r))
+    -- one line a dropped packet, naming its opcode, size, QP and both ends
+    local lines = 0
+    for line in r.stderr:gmatch("[^\n]+") do
+      if line:find("ICRC mismatch", 1, true) then
+        lines = lines + 1
+        assert.truthy(line:match("^tbrt udp: ICRC mismatch, dropped: opcode 0x%x+, %d+ bytes, " ..
+          "for QP 0x%x+, from 127%.0%.0%.1 port %d+ to 127%.0%.0%.1 port %d+$"), line)
+      end
+    end
+    assert.equal(n, lines, r.stderr)
   end)
 
   it("delays by the faults' time and paces by their rate", function()

@@ -25,6 +25,18 @@ static void sa_to_gid(const struct sockaddr_in6 *sa, uint8_t gid[16], uint16_t *
     }
 }
 
+/* TBRT_UDP_DEBUG: a packet whose ICRC did not match, and where it came from. */
+static void icrc_failed(uint8_t opcode, uint32_t len, uint32_t dqpn, const struct udp_path *path)
+{
+    char from[INET6_ADDRSTRLEN], to[INET6_ADDRSTRLEN];
+    bool v4s = udp_gid_v4(path->sgid), v4d = udp_gid_v4(path->dgid);
+    inet_ntop(v4s ? AF_INET : AF_INET6, path->sgid + (v4s ? 12 : 0), from, sizeof from);
+    inet_ntop(v4d ? AF_INET : AF_INET6, path->dgid + (v4d ? 12 : 0), to, sizeof to);
+    fprintf(stderr, "tbrt udp: ICRC mismatch, dropped: opcode 0x%x, %u bytes, for QP 0x%x, "
+            "from %s port %u to %s port %u\n", opcode, len, dqpn, from, path->sport, to,
+            path->dport);
+}
+
 /* One packet that arrived (after the receive side's faults). */
 static void dispatch(struct soft_wire *w, uint8_t *buf, uint32_t len, const struct udp_path *path)
 {
@@ -42,7 +54,7 @@ static void dispatch(struct soft_wire *w, uint8_t *buf, uint32_t len, const stru
     if (udp_icrc(path, buf, UDP_BTH, &body, 1, 0) != got) {
         st->icrc_failures++;
         if (udp_debug)
-            fprintf(stderr, "icrc fail: op 0x%x len %u dqpn 0x%x sport %u dport %u v4 %d %d.%d.%d.%d -> %d.%d.%d.%d\n", buf[0], len, dqpn, path->sport, path->dport, udp_gid_v4(path->sgid), path->sgid[12], path->sgid[13], path->sgid[14], path->sgid[15], path->dgid[12], path->dgid[13], path->dgid[14], path->dgid[15]);
+            icrc_failed(buf[0], len, dqpn, path);
         return;                 /* as hardware: silently dropped */
     }
     struct udp_pkt p;
