@@ -189,6 +189,37 @@ describe("perf.measure latency", function()
     a:close() b:close()
     server:join(5)
   end))
+
+  it("checks every byte of a pushed stream, piece by piece, naming the byte", L.async(function()
+    -- soft: a 1 MiB message comes in strides (pieces); the 3rd message has
+    -- one byte flipped deep in a later piece
+    local a, b = L.pair({ device = "soft" })
+    local MIB, AT = 1048576, 300001
+    local sends = 0
+    local bad = setmetatable({}, { __index = function(_, k)
+      local v = a[k]
+      if type(v) ~= "function" then return v end
+      return function(_, buf, n, ...)
+        if k ~= "send" or n ~= MIB then return v(a, buf, n, ...) end
+        sends = sends + 1
+        if sends ~= 3 then return v(a, buf, n, ...) end
+        local p = ffi.cast("uint8_t *", buf)
+        local was = p[AT]
+        p[AT] = 255 - was
+        local r1, r2 = v(a, buf, n, ...)        -- (the bytes are copied once it returns)
+        p[AT] = was
+        return r1, r2
+      end
+    end })
+    local server = task.spawn(perf.serve, b, { timeout = 5 })
+    local ok = pcall(perf.measure, bad, MIB, { iters = 4, warmup = 0, bw_only = true, timeout = 3 })
+    assert.is_false(ok)
+    local served, err = server:join(10)
+    assert.is_nil(served)
+    assert.matches("^EBADMSG: serve push: 1048576%-byte message 2 byte 300001 is 0x%x%x, " ..
+      "expected 0x%x%x", err)
+    a:close() b:close()
+  end))
 end)
 
 describe("perf.stats", function()
