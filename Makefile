@@ -112,8 +112,9 @@ $(TBRT): $(HOST_OBJ)
 
 # The C-driven benchmark of `make bench` (scripts/bench/), built with
 # everything so it always compiles.
-$(BENCH_C): scripts/bench/tbrt_bench.c $(HEADERS) $(LIB_SO)
-	$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -ltbrt -Wl,-rpath,'$$ORIGIN'
+$(BENCH_C): scripts/bench/tbrt_bench.c scripts/bench/bench_common.c scripts/bench/bench_common.h \
+            $(HEADERS) $(LIB_SO)
+	$(CC) $(ALL_CFLAGS) -o $@ $< scripts/bench/bench_common.c -L$(BUILD) -ltbrt -Wl,-rpath,'$$ORIGIN'
 
 # tbrt-memcpy measures the core's bulk copy, which the library does not export
 $(BUILD)/tbrt-memcpy: BENCH_EXTRA := core/util/copy.c

@@ -1,11 +1,12 @@
 /* bench_common.h - what the C-driven benchmarks of `make bench` share
- * (tbrt_stream.c, tbrt_scale.c): links between processes made with the
+ * (tbrt_bench.c, tbrt_stream.c, tbrt_scale.c, ...): links between processes made with the
  * plain C API (bootstrap TCP, probe, the default caps exchange, activate),
  * the message pattern and its check, the clock, the process's memory.
  * Every wait is bounded; any failure ends the program with a message. */
 #ifndef TBRT_BENCH_COMMON_H
 #define TBRT_BENCH_COMMON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,9 +32,15 @@ tbrt_link *bench_link(int fd, const char *dev, const char *pers);
  * may be full, and the C API has no blocking flush. */
 void bench_flush(tbrt_link *l);
 
-/* The pattern of message bytes (byte i = i * 131 + 7); a message carries its
- * index in its first 8 bytes (when it has 8). */
+/* The pattern of message bytes: 8-byte words that all differ, so a piece
+ * that lands at the wrong offset shows (a pattern of period p hides a
+ * shift by a multiple of p; tbrt's strides are 128 KiB); a message carries
+ * its index in its first 8 bytes (when it has 8). */
 void bench_fill(uint8_t *b, size_t n);
+/* Do bytes [a, e) of a message in b hold the pattern (bytes 0..7, the
+ * index, are the caller's)? Computed, not compared with a reference: a
+ * receiver checking a piece as it arrives reads only the piece. */
+bool bench_pattern_holds(const uint8_t *b, size_t a, size_t e);
 void bench_stamp(uint8_t *b, size_t n, uint64_t idx);
 /* memcmp of n bytes at offset off of message idx against want (stamped
  * with idx); exits naming the message on a difference. */

@@ -43,7 +43,6 @@
  * piece as recv_some hands it over, while it is in the cache).
  * A short untimed warm-up goes first (page faults and first touches of the
  * rings are set-up, not transfer). */
-#include <endian.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <signal.h>
@@ -55,6 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_common.h"
 #include "tbrt.h"
 
 /* Messages of the untimed warm-up stream. */
@@ -107,56 +107,6 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The pattern: word k (bytes 8k..8k+7, little endian) is word_at(k), so
- * every word of a message differs from every other and a piece that lands
- * at the wrong offset shows (a pattern of period p hides a shift by a
- * multiple of p; tbrt's strides are 128 KiB); word 0 is overwritten by the
- * message's index. A receiver checks a piece by computing it: no second
- * stream of reference bytes to read. */
-#define PATTERN_BASE 0x6a09e667f3bcc909ull
-#define PATTERN_STEP 0x9e3779b97f4a7c15ull     /* odd: k -> word_at(k) is one to one */
-
-static uint64_t word_at(uint64_t k) { return PATTERN_BASE + k * PATTERN_STEP; }
-
-static uint8_t byte_at(size_t off) { return (uint8_t)(word_at(off / 8) >> (off % 8 * 8)); }
-
-static void fill(uint8_t *b, size_t n)
-{
-    for (size_t off = 0; off < n; off++)
-        b[off] = byte_at(off);
-}
-
-/* Do bytes [a, e) of a message (in b) hold the pattern? (bytes 0..7, the
- * index, are the caller's) The whole words with an or of their
- * differences and no early exit, which the compiler makes a vector loop
- * (AVX2 where the CPU has it): a check ~15% cheaper than a memcmp with the
- * reference, and ~0.37 of the kernel's copy of the same bytes (perf, tcp
- * 4 MiB). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define VECTOR_LOOP __attribute__((optimize("tree-vectorize", "unroll-loops"), \
-                                   target_clones("avx2", "default")))
-#else
-#define VECTOR_LOOP
-#endif
-VECTOR_LOOP
-static bool pattern_holds(const uint8_t *b, size_t a, size_t e)
-{
-    for (; a < e && a % 8; a++)
-        if (b[a] != byte_at(a))
-            return false;
-    uint64_t diff = 0;
-    size_t k0 = a / 8, k1 = e / 8;
-    for (size_t k = k0; k < k1; k++) {
-        uint64_t v;
-        memcpy(&v, b + 8 * k, 8);
-        diff |= le64toh(v) ^ (PATTERN_BASE + k * PATTERN_STEP);
-    }
-    for (a = k1 > k0 ? k1 * 8 : a; a < e; a++)
-        if (b[a] != byte_at(a))
-            return false;
-    return diff == 0;
-}
-
 /* (split: bytes 8..15 are a stamp, checked by the caller) */
 static void check(const uint8_t *b, const uint8_t *want, size_t n, uint64_t idx, bool stamped)
 {
@@ -185,7 +135,7 @@ static void recv_checked(tbrt_link *l, uint8_t *buf, size_t n, uint64_t idx)
         if (got <= 0)
             die("peer recv", l);
         size_t a = off < from ? from : off, e = off + (size_t)got;
-        if (e > a && !pattern_holds(buf, a, e)) {
+        if (e > a && !bench_pattern_holds(buf, a, e)) {
             fprintf(stderr, "tbrt-bench: message %llu differs from the pattern in bytes "
                     "[%zu, %zu)\n", (unsigned long long)idx, a, e);
             exit(1);
@@ -313,7 +263,7 @@ int main(int argc, char **argv)
     opts_for(&o, dev, pers);
     tbrt_error err;
     uint8_t *want = malloc(n + 8), *buf = malloc(n + 8);
-    fill(want, n);
+    bench_fill(want, n);
     if (peer) {
         int port = atoi(argv[6]);
         serve(ready_or_die(tbrt_link_connect("127.0.0.1", port, &o, &err), "connect", &err),
