@@ -21,9 +21,9 @@ local function rss()
   return pages * 4096
 end
 
-local function request(l, op, size, count, magic)
+local function request(l, op, size, count, magic, flags)
   local r = REQ()
-  r.magic, r.op, r.size, r.count, r.seed = magic or MAGIC, op, size, count, 7
+  r.magic, r.op, r.size, r.count, r.seed, r.flags = magic or MAGIC, op, size, count, 7, flags or 0
   assert(l:send(r, ffi.sizeof(REQ)))
   assert(l:flush())
 end
@@ -75,6 +75,64 @@ describe("perf.serve against a hostile peer", function()
       a:close() b:close()
     end
   end))
+
+  it("takes the xorshift pattern when asked, the old one from an older peer, and no other flag",
+    L.async(function()
+      local bit = require("bit")
+      -- message 0 of seed 7: its index (8 zero bytes), then the pattern
+      local function message(n, xorshift)
+        local m, x = ffi.new("uint8_t[?]", n), 7
+        for i = 0, n - 1 do
+          if xorshift then
+            x = bit.bxor(x, bit.lshift(x, 13))
+            x = bit.bxor(x, bit.rshift(x, 17))
+            x = bit.bxor(x, bit.lshift(x, 5))
+            m[i] = bit.band(x, 255)
+          else
+            x = (x * 1103515245 + 12345) % 2147483648
+            m[i] = x % 256
+          end
+        end
+        ffi.fill(m, 8, 0)
+        return m
+      end
+      -- xorshift's bytes: every value, and no word alike in 64 KiB
+      local m, seen, words = message(65536, true), {}, {}
+      for i = 8, 65535 do seen[m[i]] = true end
+      local distinct = 0
+      for _ in pairs(seen) do distinct = distinct + 1 end
+      assert.equal(256, distinct)
+      local w = ffi.cast("uint64_t *", m)
+      for i = 1, 8191 do
+        local k = tostring(w[i])
+        assert.is_nil(words[k], "word " .. i .. " repeats")
+        words[k] = true
+      end
+      for _, c in ipairs { { 2, true, "served" }, { 0, false, "served" },
+          { 2, false, "^EBADMSG: serve push: 4096%-byte message 0 byte 8 is" },
+          { 4, true, "^EPROTO: perf: unknown request flags 0x4 %(a newer or foreign peer%?%)" } } do
+        local a, b, server = serving()
+        request(a, PUSH, 4096, 1, nil, c[1])
+        local status, text = reply(a)
+        if c[1] == 4 then
+          assert.equal(1, status)
+          assert.matches(c[3], text)
+        else
+          assert.equal(0, status, text)
+          assert(a:send(message(4096, c[2]), 4096)) ; assert(a:flush())
+          if c[3] == "served" then
+            assert.equal("\1", a:recv(1, 5))
+            assert(a:send(ffi.new("uint32_t[6]", { MAGIC, 0 }), ffi.sizeof(REQ))) ; assert(a:flush())
+            assert.same({ requests = 1, bytes = 4096 }, server:join(5))
+          else
+            local ok, err = server:join(5)
+            assert.is_nil(ok)
+            assert.matches(c[3], err)
+          end
+        end
+        a:close() b:close()
+      end
+    end))
 
   it("allocates a size's buffers only once its data arrives", L.async(function()
     local a, b, server = serving()

@@ -21,12 +21,14 @@
 -- allocated only once the first bytes of its data have arrived (PINGPONG,
 -- PUSH), so a request alone never costs memory, and at most one size is
 -- kept (2 x MAX_SIZE bytes).
+local bit = require("bit")
 local ffi = require("ffi")
 local link = require("tbrt.link")
 local stats = require("tbrt.perf.stats")
 
 ffi.cdef [[ int memcmp(const void *a, const void *b, size_t n); ]]
 local C = ffi.C
+local band, bnot, bxor, lshift, rshift = bit.band, bit.bnot, bit.bxor, bit.lshift, bit.rshift
 local now = link.now
 
 local M = {}
@@ -45,9 +47,11 @@ local PINGPONG, PUSH, PULL, DONE = 1, 2, 3, 0
 local OP_NAME = { [PINGPONG] = "PINGPONG", [PUSH] = "PUSH", [PULL] = "PULL", [DONE] = "DONE" }
 local MAGIC = 0x46504254                -- "TBPF" in memory
 -- flags: REGISTER asks the answering end to register its buffers with the
--- link (link:register), as the driver did: large messages then go direct
+-- link (link:register), as the driver did: large messages then go direct;
+-- XORSHIFT says the messages carry the xorshift pattern (below). A peer
+-- that knows neither refuses them by name.
 local REQ = ffi.typeof("struct { uint32_t magic, op, size, count, seed, flags; }")
-local REGISTER = 1
+local REGISTER, XORSHIFT = 1, 2
 local REQ_SIZE = ffi.sizeof(REQ)
 local REPLY = ffi.typeof("struct { uint32_t status, len; }")
 local REPLY_SIZE = ffi.sizeof(REPLY)
@@ -63,10 +67,24 @@ end
 M.human = human
 
 -- A buffer of n bytes (at least 8, so the index always fits): pattern from
--- seed; the index is stamped per message.
-local function pattern(n, seed)
+-- seed; the index is stamped per message. xorshift: the low byte of each
+-- step of xorshift32 (every byte value, a period of 2^32 - 1). Without it,
+-- the pattern of pair.lua before it (an LCG in doubles, whose products
+-- lose their low bits: 21 byte values; still what a peer that does not
+-- say XORSHIFT sends and expects).
+local function pattern(n, seed, xorshift)
   local b = ffi.new("uint8_t[?]", math.max(n, 8))
   local x = seed
+  if xorshift then
+    x = bit.tobit(x)
+    for i = 0, n - 1 do
+      x = bxor(x, lshift(x, 13))
+      x = bxor(x, rshift(x, 17))
+      x = bxor(x, lshift(x, 5))
+      b[i] = band(x, 255)
+    end
+    return b
+  end
   for i = 0, n - 1 do
     x = (x * 1103515245 + 12345) % 2147483648
     b[i] = x % 256
@@ -77,9 +95,9 @@ end
 -- Message buffers for one size: want (the pattern), msg (what arrives),
 -- and 32-bit views of their first 8 bytes. The index is written and read
 -- as two 32-bit words: a 64-bit read outside compiled code would allocate.
-local function buffers(n, seed)
-  local want, msg = pattern(n, seed), ffi.new("uint8_t[?]", math.max(n, 8))
-  return { size = n, seed = seed, want = want, msg = msg,
+local function buffers(n, seed, xorshift)
+  local want, msg = pattern(n, seed, xorshift), ffi.new("uint8_t[?]", math.max(n, 8))
+  return { size = n, seed = seed, xorshift = xorshift, want = want, msg = msg,
     want32 = ffi.cast("uint32_t *", want), msg32 = ffi.cast("uint32_t *", msg) }
 end
 
@@ -164,7 +182,7 @@ local function refusal(op, n, count, max_size, flags)
   if not OP_NAME[op] then
     return string.format("EPROTO: perf: unknown request op %d (a newer or foreign peer?)", op)
   end
-  if flags ~= 0 and flags ~= REGISTER then
+  if band(flags, bnot(REGISTER + XORSHIFT)) ~= 0 then
     return string.format("EPROTO: perf: unknown request flags 0x%x (a newer or foreign peer?)",
       flags)
   end
@@ -209,14 +227,14 @@ function M.serve(l, opts)
       b.reg = nil
     end
   end
-  local function buffers_for(n, seed, reg)
-    if not b or b.size ~= n or b.seed ~= seed then
+  local function buffers_for(n, seed, reg, xorshift)
+    if not b or b.size ~= n or b.seed ~= seed or b.xorshift ~= xorshift then
       -- the old size's buffers go first, so no more than one size is held
       local big = b and b.size >= 2 ^ 20
       unregister()
       b = nil
       if big then collectgarbage() end
-      b = buffers(n, seed)
+      b = buffers(n, seed, xorshift)
     end
     if reg and not b.reg then
       local rok, rerr = l:register(b.want, b.size)
@@ -240,7 +258,7 @@ function M.serve(l, opts)
       end
       if op == DONE then return end
       local why = refusal(op, n, count, max_size, flags)
-      local reg = flags == REGISTER
+      local reg, xorshift = band(flags, REGISTER) ~= 0, band(flags, XORSHIFT) ~= 0
       if why then
         reply(l, why)
         error(why, 0)
@@ -253,7 +271,7 @@ function M.serve(l, opts)
         -- nothing is allocated until the data comes
         local k = math.min(n, 8)
         recv(l, head, k, timeout)
-        local buf = buffers_for(n, seed, reg)
+        local buf = buffers_for(n, seed, reg, xorshift)
         ffi.copy(buf.msg, head, k)
         local who = op == PINGPONG and "serve pingpong" or "serve push"
         for i = 0, count - 1 do
@@ -262,7 +280,7 @@ function M.serve(l, opts)
         end
         if op == PUSH then send(l, "\1", 1) end
       else
-        local buf = buffers_for(n, seed, reg)
+        local buf = buffers_for(n, seed, reg, xorshift)
         for i = 0, count - 1 do
           stamp(buf, n, i)
           local sok, serr = l:send(buf.want, n)
@@ -341,10 +359,10 @@ function M.measure(l, n, opts)
   opts = opts or {}
   local timeout = opts.timeout or 60
   local seed = (n * 2654435761) % 2147483648 + 1
-  local b = buffers(n, seed)
+  local b = buffers(n, seed, true)
   local req = REQ()
   local row = { size = n, messages = 0 }
-  local flags = opts.register and REGISTER or 0
+  local flags = XORSHIFT + (opts.register and REGISTER or 0)
   if opts.register then
     local ok, err = l:register(b.want, n)
     if ok then ok, err = l:register(b.msg, n) end
