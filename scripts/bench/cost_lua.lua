@@ -29,8 +29,7 @@ local function fail(msg)
   os.exit(1)
 end
 
-local msg = ffi.new("uint8_t[?]", math.max(size, 8))
-for i = 0, size - 1 do msg[i] = (i * 131 + 7) % 256 end
+local msg = dofile(arg[0]:gsub("[^/]*$", "") .. "pattern.lua")(size)
 local buf = ffi.new("uint8_t[?]", math.max(size, 8))
 local index = ffi.cast("uint32_t *", msg)
 

@@ -50,11 +50,7 @@ local function rss_kib()
 end
 
 -- a message: the pattern, its index in the first 8 bytes
-local function pattern(n)
-  local b = ffi.new("uint8_t[?]", n)
-  for i = 0, n - 1 do b[i] = (i * 131 + 7) % 256 end
-  return b
-end
+local pattern = dofile(arg[0]:gsub("[^/]*$", "") .. "pattern.lua")
 local function stamp(b, i) if SIZE >= 8 then ffi.cast("uint64_t *", b)[0] = i end end
 
 local function stream_send(l, count)

@@ -35,8 +35,7 @@ local function fail(msg)
   os.exit(1)
 end
 
-local want = ffi.new("uint8_t[?]", size)
-for i = 0, size - 1 do want[i] = (i * 131 + 7) % 256 end
+local want = dofile(arg[0]:gsub("[^/]*$", "") .. "pattern.lua")(size)
 local index = ffi.cast("uint64_t *", want)
 local function stamp(i) if size >= 8 then index[0] = i end end
 
