@@ -67,14 +67,6 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static double now(void) { return (double)now_ns() * 1e-9; }
-
-static void die(const char *what, tbrt_link *l)
-{
-    fprintf(stderr, "tbrt-bench: %s: %s\n", what, l ? tbrt_link_why(l) : strerror(errno));
-    exit(1);
-}
-
 static void opts_for(tbrt_link_opts *o, const char *dev, const char *pers)
 {
     tbrt_link_opts_init(o);
@@ -98,7 +90,7 @@ static void register_or_die(tbrt_link *l, const char *mode, uint8_t *want, uint8
 {
     if (strstr(mode, "-reg") &&
         (tbrt_link_mem_reg(l, want, n + 8) || tbrt_link_mem_reg(l, buf, n + 8)))
-        die("mem_reg", l);
+        bench_die("mem_reg", l);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -133,7 +125,7 @@ static void recv_checked(tbrt_link *l, uint8_t *buf, size_t n, uint64_t idx)
     for (size_t off = 0; off < n;) {
         intptr_t got = tbrt_link_recv_some(l, buf + off, n - off, 60);
         if (got <= 0)
-            die("peer recv", l);
+            bench_die("peer recv", l);
         size_t a = off < from ? from : off, e = off + (size_t)got;
         if (e > a && !bench_pattern_holds(buf, a, e)) {
             fprintf(stderr, "tbrt-bench: message %llu differs from the pattern in bytes "
@@ -157,10 +149,10 @@ static void serve(tbrt_link *l, const char *mode, size_t n, long iters, uint8_t 
     if (is_bw) {
         for (long i = 0; i < WARM; i++)
             if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
-                die("peer warm-up", l);
+                bench_die("peer warm-up", l);
         uint8_t ack = 1;
         if (tbrt_link_send_all(l, &ack, 1, 60) != 1 || tbrt_link_flush_all(l, 60))
-            die("peer warm-up ack", l);
+            bench_die("peer warm-up ack", l);
     }
     for (long i = 0; i < iters; i++) {
         uint64_t idx = (uint64_t)i;
@@ -169,7 +161,7 @@ static void serve(tbrt_link *l, const char *mode, size_t n, long iters, uint8_t 
             continue;
         }
         if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
-            die("peer recv", l);
+            bench_die("peer recv", l);
         if (n >= 8)
             memcpy(want, &idx, 8);
         check(buf, want, n, idx, split);
@@ -178,12 +170,12 @@ static void serve(tbrt_link *l, const char *mode, size_t n, long iters, uint8_t 
             memcpy(buf + 8, &t, 8);
         }
         if (tbrt_link_send_all(l, buf, n, 60) != (intptr_t)n || tbrt_link_flush_all(l, 60))
-            die("peer send", l);
+            bench_die("peer send", l);
     }
     if (is_bw) {
         uint8_t ack = 1;
         if (tbrt_link_send_all(l, &ack, 1, 60) != 1 || tbrt_link_flush_all(l, 60))
-            die("peer ack", l);
+            bench_die("peer ack", l);
     }
     tbrt_link_close(l);
     tbrt_link_free(l);
@@ -201,17 +193,17 @@ static void split(tbrt_link *l, uint8_t *want, uint8_t *buf, size_t n, long iter
     long m = iters - 1;
     double *seg = calloc((size_t)(4 * (m > 0 ? m : 1)), sizeof *seg);
     if (!seg)
-        die("split: the figures' memory", NULL);
+        bench_die("split: the figures' memory", NULL);
     double *snd = seg, *there = seg + m, *back = seg + 2 * m, *rtt = seg + 3 * m;
     for (long i = 0; i < iters; i++) {
         uint64_t idx = (uint64_t)i, s0 = now_ns();
         memcpy(want, &idx, 8);
         memcpy(want + 8, &s0, 8);
         if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n || tbrt_link_flush_all(l, 60))
-            die("send", l);
+            bench_die("send", l);
         uint64_t s1 = now_ns();
         if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
-            die("recv", l);
+            bench_die("recv", l);
         uint64_t s2 = now_ns(), p0;
         check(buf, want, n, idx, true);
         memcpy(&p0, buf + 8, 8);
@@ -293,7 +285,7 @@ int main(int argc, char **argv)
     } else if (!is_bw) {
         double *rtt = calloc((size_t)iters, sizeof *rtt), t1 = 0;
         for (long i = 0; i < iters; i++) {
-            double ti = now();
+            double ti = bench_now();
             if (i == 1)
                 t0 = ti;
             if (i > 0)
@@ -303,12 +295,12 @@ int main(int argc, char **argv)
             if (n >= 8)
                 memcpy(want, &idx, 8);
             if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n || tbrt_link_flush_all(l, 60))
-                die("send", l);
+                bench_die("send", l);
             if (tbrt_link_recv_all(l, buf, n, 60) != (intptr_t)n)
-                die("recv", l);
+                bench_die("recv", l);
             check(buf, want, n, idx, false);
         }
-        double tn = now();
+        double tn = bench_now();
         rtt[iters - 1] = tn - t1;
         dt = tn - t0;
         /* round trip i ends where i + 1 starts: the first (rtt[0]) is the untimed one */
@@ -321,11 +313,11 @@ int main(int argc, char **argv)
     } else {
         for (long i = 0; i < WARM; i++)
             if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n)
-                die("warm-up", l);
+                bench_die("warm-up", l);
         uint8_t wack;
         if (tbrt_link_flush_all(l, 60) || tbrt_link_recv_all(l, &wack, 1, 60) != 1)
-            die("warm-up ack", l);
-        t0 = now();
+            bench_die("warm-up ack", l);
+        t0 = bench_now();
         bool fresh = strstr(mode, "-fresh") != NULL;
         for (long i = 0; i < iters; i++) {
             uint64_t idx = (uint64_t)i;
@@ -337,14 +329,14 @@ int main(int argc, char **argv)
                 ((volatile uint8_t *)want)[n - 1] = want[n - 1];    /* the last, partial one */
             }
             if (tbrt_link_send_all(l, want, n, 60) != (intptr_t)n)
-                die("send", l);
+                bench_die("send", l);
         }
         if (tbrt_link_flush_all(l, 60))
-            die("flush", l);
+            bench_die("flush", l);
         uint8_t ack;
         if (tbrt_link_recv_all(l, &ack, 1, 60) != 1)
-            die("ack", l);
-        dt = now() - t0;
+            bench_die("ack", l);
+        dt = bench_now() - t0;
         printf("bw_%zu %.3f GB/s\n", n, (double)n * (double)iters / dt / 1e9);
     }
     tbrt_link_close(l);
