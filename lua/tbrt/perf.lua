@@ -4,16 +4,17 @@
 --
 -- One side drives (perf.measure), the other answers (perf.serve). All
 -- integers little-endian:
---   request  24 bytes  { magic "TBPF", op, size, count, seed, 0 }
+--   request  24 bytes  { magic "TBPF", op, size, count, seed, flags }
 --   reply     8 bytes  { status (0: accepted), len } then len bytes of text
 --   op 1 PINGPONG  count round trips of size bytes (the server echoes)
 --   op 2 PUSH      count messages driver -> server, then a 1-byte ack
 --   op 3 PULL      count messages server -> driver, then a 1-byte ack
 --   op 0 DONE      no reply; serve returns
 -- Message i of a request starts with its index (8 bytes) and continues
--- with a pattern from the seed; receivers compare every byte (memcmp
--- speed, each piece as it arrives), so a lost, repeated or corrupted byte
--- fails the run with its position.
+-- with a pattern from the seed (xorshift32's bytes, flag XORSHIFT);
+-- receivers compare every byte (memcmp speed; from 64 KiB on, each piece
+-- as it arrives), so a lost, repeated or corrupted byte fails the run with
+-- its position.
 --
 -- What a peer may ask is bounded before anything is done for it: size
 -- 1..MAX_SIZE, count 1..MAX_COUNT; a refusal goes back in the reply (the
@@ -49,7 +50,7 @@ local MAGIC = 0x46504254                -- "TBPF" in memory
 -- flags: REGISTER asks the answering end to register its buffers with the
 -- link (link:register), as the driver did: large messages then go direct;
 -- XORSHIFT says the messages carry the xorshift pattern (below). A peer
--- that knows neither refuses them by name.
+-- that does not know a flag refuses the request, naming it.
 local REQ = ffi.typeof("struct { uint32_t magic, op, size, count, seed, flags; }")
 local REGISTER, XORSHIFT = 1, 2
 local REQ_SIZE = ffi.sizeof(REQ)
