@@ -1,7 +1,8 @@
 /* bench_common.h - what the C-driven benchmarks of `make bench` share
- * (tbrt_bench.c, tbrt_stream.c, tbrt_scale.c, ...): links between processes made with the
- * plain C API (bootstrap TCP, probe, the default caps exchange, activate),
- * the message pattern and its check, the clock, the process's memory.
+ * (tbrt_bench.c, tbrt_stream.c, tbrt_scale.c, ...): links between
+ * processes made with the plain C API (bootstrap TCP, probe, the default
+ * caps exchange, activate), the message pattern and its check, the clock,
+ * the process's memory.
  * Every wait is bounded; any failure ends the program with a message. */
 #ifndef TBRT_BENCH_COMMON_H
 #define TBRT_BENCH_COMMON_H
