@@ -122,7 +122,8 @@ describe("perf.serve against a hostile peer", function()
           assert(a:send(message(4096, c[2]), 4096)) ; assert(a:flush())
           if c[3] == "served" then
             assert.equal("\1", a:recv(1, 5))
-            assert(a:send(ffi.new("uint32_t[6]", { MAGIC, 0 }), ffi.sizeof(REQ))) ; assert(a:flush())
+            local done = ffi.new("uint32_t[6]", { MAGIC, 0 })      -- op 0: DONE
+            assert(a:send(done, ffi.sizeof(REQ))) ; assert(a:flush())
             assert.same({ requests = 1, bytes = 4096 }, server:join(5))
           else
             local ok, err = server:join(5)

@@ -240,8 +240,8 @@ describe("soft device: a large send's copy shared with its target", function()
       local w = winder:wait(10)
       assert.equal(0, w.code, H.describe(w))
       local rewinds = tonumber(w.stdout:match("wound a shared copy back (%d+) times"))
-      assert.is_true(rewinds and rewinds > 0, "it never wound one back in " .. sends .. " sends: " ..
-        H.describe(w))
+      assert.is_true(rewinds and rewinds > 0,
+        "it never wound one back in " .. sends .. " sends: " .. H.describe(w))
       -- (without the bound a send copies until the word is left alone, or fails after 1 s)
       assert.is_true(worst < 0.5, "a send took " .. worst .. " s; " .. w.stdout)
       E.close(a, b)
