@@ -78,7 +78,7 @@ static void opts_for(tbrt_link_opts *o, const char *dev, const char *pers)
 static tbrt_link *ready_or_die(tbrt_link *l, const char *what, const tbrt_error *err)
 {
     if (!l) {
-        fprintf(stderr, "tbrt-bench: %s: %s: %s\n", what, tbrt_errname(err->code), err->msg);
+        fprintf(stderr, "tbrt bench: %s: %s: %s\n", what, tbrt_errname(err->code), err->msg);
         exit(1);
     }
     return l;
@@ -102,15 +102,11 @@ static int cmp_double(const void *a, const void *b)
 /* (split: bytes 8..15 are a stamp, checked by the caller) */
 static void check(const uint8_t *b, const uint8_t *want, size_t n, uint64_t idx, bool stamped)
 {
-    if (n >= 8 && memcmp(b, &idx, 8) != 0) {
-        fprintf(stderr, "tbrt-bench: message %llu carries a wrong index\n", (unsigned long long)idx);
-        exit(1);
-    }
-    size_t off = stamped ? 16 : n >= 8 ? 8 : 0;
-    if (memcmp(b + off, want + off, n - off) != 0) {
-        fprintf(stderr, "tbrt-bench: message %llu differs\n", (unsigned long long)idx);
-        exit(1);
-    }
+    /* want carries idx in bytes 0..7; bench_check names the byte */
+    size_t head = n < 8 ? n : 8, off = stamped ? 16 : head;
+    bench_check(b, want, 0, head, idx);
+    if (n > off)
+        bench_check(b + off, want, off, n - off, idx);
 }
 
 /* bw: receive message idx and check each piece as it arrives, while it is
@@ -128,14 +124,14 @@ static void recv_checked(tbrt_link *l, uint8_t *buf, size_t n, uint64_t idx)
             bench_die("peer recv", l);
         size_t a = off < from ? from : off, e = off + (size_t)got;
         if (e > a && !bench_pattern_holds(buf, a, e)) {
-            fprintf(stderr, "tbrt-bench: message %llu differs from the pattern in bytes "
+            fprintf(stderr, "tbrt bench: message %llu differs from the pattern in bytes "
                     "[%zu, %zu)\n", (unsigned long long)idx, a, e);
             exit(1);
         }
         off = e;
     }
     if (n >= 8 && memcmp(buf, &idx, 8) != 0) {
-        fprintf(stderr, "tbrt-bench: message %llu carries a wrong index\n", (unsigned long long)idx);
+        fprintf(stderr, "tbrt bench: message %llu carries a wrong index\n", (unsigned long long)idx);
         exit(1);
     }
 }
@@ -208,7 +204,7 @@ static void split(tbrt_link *l, uint8_t *want, uint8_t *buf, size_t n, long iter
         check(buf, want, n, idx, true);
         memcpy(&p0, buf + 8, 8);
         if (p0 < s0 || p0 > s2) {
-            fprintf(stderr, "tbrt-bench: message %llu: the peer's stamp %llu lies outside the "
+            fprintf(stderr, "tbrt bench: message %llu: the peer's stamp %llu lies outside the "
                     "round trip [%llu, %llu]\n", (unsigned long long)idx, (unsigned long long)p0,
                     (unsigned long long)s0, (unsigned long long)s2);
             exit(1);
@@ -272,7 +268,7 @@ int main(int argc, char **argv)
         char *args[] = {argv[0], "--peer", argv[1], argv[2], argv[3], argv[4], argv[5], portarg,
                         NULL};
         execv("/proc/self/exe", args);
-        perror("tbrt-bench: exec");
+        perror("tbrt bench: exec");
         _exit(1);
     }
     tbrt_link *l = ready_or_die(tbrt_link_accept(srv, 60, &err), "accept", &err);
