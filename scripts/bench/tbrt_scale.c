@@ -30,6 +30,7 @@
 #include "bench_common.h"
 
 #define LAT_ROUNDS 200
+#define LAT_WARM 20             /* the ring's untimed rounds first */
 #define MAX_LINKS 256
 
 /* One direction of a message stream on one link, driven without blocking. */
@@ -267,18 +268,22 @@ static int run_links(const char *dev, const char *pers, int nl, size_t n, long i
 
 /* ---- P processes in a ring ------------------------------------------------------- */
 
-/* A token of n bytes once around the ring: process 0 starts it, each other
- * one passes it on when it comes. */
-static void pass_token(tbrt_link *out, tbrt_link *in, int me, size_t n)
+/* A token of n bytes (n <= 8) once around the ring: process 0 starts it,
+ * each other one passes it on when it comes; it carries idx (its first n
+ * bytes, little-endian), which every process checks. */
+static void pass_token(tbrt_link *out, tbrt_link *in, int me, size_t n, uint64_t idx)
 {
-    uint8_t m[8] = {1};
+    uint8_t m[8], want[8];
+    for (int k = 0; k < 8; k++)
+        want[k] = (uint8_t)(idx >> (8 * k));
     if (me == 0) {
-        if (tbrt_link_send_all(out, m, n, BENCH_TIMEOUT) != (intptr_t)n)
+        if (tbrt_link_send_all(out, want, n, BENCH_TIMEOUT) != (intptr_t)n)
             bench_die("token", out);
         bench_flush(out);
     }
     if (tbrt_link_recv_all(in, m, n, BENCH_TIMEOUT) != (intptr_t)n)
         bench_die("token", in);
+    bench_check(m, want, 0, n, idx);
     if (me != 0) {
         if (tbrt_link_send_all(out, m, n, BENCH_TIMEOUT) != (intptr_t)n)
             bench_die("token", out);
@@ -326,7 +331,7 @@ static int run_ring(const char *dev, const char *pers, int np, size_t n, long it
     double stream_s = 0, hop_us = 0;
     for (int round = 0; round < 2; round++) {
         /* a token around the ring first: everyone set up, start together */
-        pass_token(out, in, me, 1);
+        pass_token(out, in, me, 1, (uint64_t)round);
         s.done = r.done = 0;
         s.off = r.off = 0;
         s.total = r.total = round == 0 ? 2 : iters;
@@ -334,11 +339,18 @@ static int run_ring(const char *dev, const char *pers, int np, size_t n, long it
         stream(&s, 1, &r, 1, want_s, want_r, n, both, 2);
         stream_s = bench_now() - ts;
     }
-    /* latency: an 8 B token around the ring LAT_ROUNDS times */
+    /* latency: an 8 B token around the ring LAT_ROUNDS times, after
+     * LAT_WARM untimed rounds (the first hops pay for cold paths) and
+     * before one more: a process that left the loop would close its links
+     * and exit on the CPUs the timed hops still need (measured: the last
+     * round's hops 3-5 ms each, the whole figure up to 3x the median hop) */
+    for (int i = 0; i < LAT_WARM; i++)
+        pass_token(out, in, me, 8, (uint64_t)i);
     double ts = bench_now();
     for (int i = 0; i < LAT_ROUNDS; i++)
-        pass_token(out, in, me, 8);
+        pass_token(out, in, me, 8, (uint64_t)(LAT_WARM + i));
     hop_us = (bench_now() - ts) / LAT_ROUNDS / np * 1e6;
+    pass_token(out, in, me, 8, (uint64_t)(LAT_WARM + LAT_ROUNDS));
     double mine[2] = {stream_s, hop_us};
     tbrt_link_close(out);
     tbrt_link_close(in);
