@@ -17,6 +17,9 @@ PKGS="$PKGS ibverbs-utils perftest rdmacm-utils librdmacm-dev ucx-utils util-lin
 # tbrt matrix: its plots, and the launchers its specs start for real
 # (OpenSSH's sshd, Open MPI's mpirun, a one-node Slurm with munge)
 PKGS="$PKGS gnuplot-nox openssh-client openssh-server openmpi-bin mpich slurmctld slurmd slurm-client munge"
+# the bench's anchor for a ring of processes, Open MPI's (scripts/bench/mpi_ring.c):
+# mpicc's headers, so spec/bench_tools_spec.lua builds and runs it as bench does
+PKGS="$PKGS libopenmpi-dev"
 # the soft device's UDP wire: tshark decodes its captures (spec/soft_pcap_spec.lua),
 # nft drops its packets on the way out (spec/soft_udp_netns_spec.lua, bench's 1% loss)
 PKGS="$PKGS tshark nftables"

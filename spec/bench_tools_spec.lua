@@ -1,6 +1,6 @@
 -- bench_tools_spec.lua - the programs `make bench` runs for views and scale
 -- (build/tbrt-stream, tbrt-scale, tbrt-memcpy, tbrt-line; scripts/bench/stream.lua and
--- scale.lua) work on small runs and print the figures bench.lua parses: a
+-- scale.lua; the ring's anchor scripts/bench/mpi_ring.c under mpirun) work on small runs and print the figures bench.lua parses: a
 -- benchmark that rots silently would leave the table blank.
 local H = require("helpers")
 
@@ -68,6 +68,38 @@ describe("the bench's programs", function()
       "--links", "3", "--iters", "30" }))
     assert.equal(3, json.links)
     assert.is_true(json.bw > 0 and json.lat_us > 0 and json.rss_kib > 0 and json.setup_ms > 0)
+  end)
+
+  it("measure the ring's anchor through Open MPI (mpi-ring), every message checked", function()
+    -- built here as `make bench` builds it (mpicc), run as bench runs it
+    if H.run("/bin/sh", { "-c", "command -v mpicc && command -v mpirun" }).code ~= 0 then
+      return pending("mpicc or mpirun is not installed (openmpi-bin)")
+    end
+    local dir = H.tmpdir()
+    local exe = dir .. "/mpi-ring"
+    local b = H.run("mpicc", { "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", exe,
+      H.root .. "/scripts/bench/mpi_ring.c" }, { timeout = 120 })
+    if b.code ~= 0 and (b.stderr .. b.stdout):match("mpi%.h") then
+      H.rmtree(dir)
+      return pending("mpicc has no mpi.h (libopenmpi-dev)")
+    end
+    assert.equal(0, b.code, H.describe(b))
+    local argv = { "--oversubscribe", "--bind-to", "none", "-np", "4", "--mca", "btl", "self,vader" }
+    if H.run("id", { "-u" }).stdout:match("^0") then table.insert(argv, 1, "--allow-run-as-root") end
+    local function ring(...)
+      local a = { unpack(argv) }
+      a[#a + 1] = exe
+      for _, v in ipairs({ ... }) do a[#a + 1] = v end
+      return H.run("mpirun", a, { timeout = 120 })
+    end
+    local r = ring("65536", "40")
+    assert.equal(0, r.code, H.describe(r))
+    assert.matches("^procs=4 bw=[%d.]+ lat_us=[%d.]+\n$", r.stdout)
+    -- a size it cannot stamp an index into is refused by name
+    r = ring("4", "10")
+    assert.are_not.equal(0, r.code)
+    assert.matches("SIZE must be 8 B", r.stderr .. r.stdout, 1, true)
+    H.rmtree(dir)
   end)
 
   it("measure the memcpy ceilings, glibc's cliff beside bulk_copy, and rings across the CPUs",

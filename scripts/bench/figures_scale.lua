@@ -1,7 +1,10 @@
 -- figures_scale.lua - the part of `make bench` (scripts/bench.lua) that
 -- measures what one more link costs: 1, 2, 4, 16 and 64 links between two
 -- processes, driven from C (build/tbrt-scale) and from Lua
--- (scripts/bench/scale.lua), and 8 processes in a ring (C). For each: the
+-- (scripts/bench/scale.lua), and 8 processes in a ring (C), beside the
+-- same ring through Open MPI's shared memory (build/mpi-ring,
+-- scripts/bench/mpi_ring.c, under mpirun; more processes than CPUs, as a
+-- CI runner's collective tests have them). For each: the
 -- aggregate bandwidth, the per-link 8 B latency (median link and worst),
 -- the memory and the setup time per link. Prints the curve, plots it with
 -- gnuplot (build/scale.png, the data in build/scale.dat), and returns rows
@@ -73,7 +76,7 @@ return function(env)
   -- rounds: each runs every point once, so the points of one round share
   -- the machine's load of that moment (ratios between them are paired)
   local P = env.pers
-  local runs_of = { c = {}, lua = {}, ring = {} }
+  local runs_of = { c = {}, lua = {}, ring = {}, mpi = {} }
   local why = {}
   local function cmd_c(n)
     return string.format("%s/tbrt-scale soft %s links %d %d %d", env.build, P, n, SIZE, ITERS)
@@ -81,6 +84,18 @@ return function(env)
   local function cmd_lua(n)
     return string.format("%s %s/scripts/bench/scale.lua --links %d --size %d --iters %d " ..
       "--personality %s", env.tbrt, env.root, n, SIZE, ITERS, P)
+  end
+  -- the anchor ring: Open MPI's vader (shared memory) between 8 ranks on
+  -- this host, the same sizes (make bench builds build/mpi-ring with mpicc)
+  local mpi = env.build .. "/mpi-ring"
+  local function mpi_ring()
+    if sh("command -v mpirun") == "" then return nil, "mpirun not installed" end
+    local f = io.open(mpi)
+    if not f then return nil, mpi .. " not built (mpicc: libopenmpi-dev)" end
+    f:close()
+    local root = sh("id -u"):match("^0") and "--allow-run-as-root " or ""
+    return once(string.format("mpirun %s--oversubscribe --bind-to none -np 8 --mca btl self,vader " ..
+      "%s %d %d 2>&1", root, mpi, SIZE, 5000))
   end
   for round = 1, runs do
     for _, n in ipairs(counts) do
@@ -94,6 +109,9 @@ return function(env)
     local row, w = once(string.format("%s/tbrt-scale soft %s ring 8 %d %d", env.build, P, SIZE, 5000))
     runs_of.ring[round] = row or false
     if not row then why.ring = w end
+    row, w = mpi_ring()
+    runs_of.mpi[round] = row or false
+    if not row then why.mpi = w end
   end
   local function good(list)
     local ok = {}
@@ -109,6 +127,7 @@ return function(env)
     end
   end
   curve.ring = medians("scale C, ring of 8 processes", good(runs_of.ring), why.ring)
+  curve.mpi = medians("Open MPI ring of 8 processes", good(runs_of.mpi), why.mpi)
   r.scale = curve
 
   -- the median over the rounds of side's figure k at n links over 1 link
@@ -145,6 +164,10 @@ return function(env)
   if curve.ring then
     print(string.format("ring of 8 processes (C): %.3f GB/s in all, %.2f us per hop", curve.ring.bw,
       curve.ring.lat_us or 0))
+  end
+  if curve.mpi then
+    print(string.format("ring of 8 processes (Open MPI, sm): %.3f GB/s in all, %.2f us per hop",
+      curve.mpi.bw, curve.mpi.lat_us or 0))
   end
 
   -- the plot: four panels over the number of links
@@ -205,12 +228,16 @@ unset multiplot
     local q, list = paired(side, k, hi)
     return { label, a[k], b[k], "1 link", cmp, target, ratio = q, ratios = list }
   end
-  local ring1, hop1 = {}, {}
+  local ring1, hop1, ringm, hopm = {}, {}, {}, {}
   for round = 1, runs do
     local a, b = runs_of.ring[round], runs_of.c[1] and runs_of.c[1][round]
     if a and b and b.bw ~= 0 then ring1[#ring1 + 1] = a.bw / b.bw end
     if a and b and b.lat_us and b.lat_us ~= 0 then hop1[#hop1 + 1] = a.lat_us / b.lat_us end
+    local m = runs_of.mpi[round]
+    if a and m and m.bw ~= 0 then ringm[#ringm + 1] = a.bw / m.bw end
+    if a and m and m.lat_us and m.lat_us ~= 0 then hopm[#hopm + 1] = a.lat_us / m.lat_us end
   end
+  local mpi1 = curve.mpi or {}
   return {
     row("scale C: aggregate GB/s, " .. lbl, "c", "bw", cn, c1, nil),
     row("scale C: latency per link, " .. lbl, "c", "lat_us", cn, c1, "<=", 1.5),
@@ -226,5 +253,10 @@ unset multiplot
     -- waiters share (cpu_waiters.c), not only for the message
     { "ring of 8 procs: 8 B latency a hop, us (C)", curve.ring and curve.ring.lat_us,
       c1.lat_us, "2 procs, 1 link", nil, ratio = median(hop1), ratios = hop1 },
+    -- the same ring through Open MPI (its ranks yield when oversubscribed)
+    { "ring of 8 processes: GB/s in all (C)", curve.ring and curve.ring.bw, mpi1.bw,
+      "Open MPI ring", ">=", 1, ratio = median(ringm), ratios = ringm },
+    { "ring of 8 procs: 8 B latency a hop, us (C)", curve.ring and curve.ring.lat_us,
+      mpi1.lat_us, "Open MPI ring", "<=", 1, ratio = median(hopm), ratios = hopm },
   }
 end
