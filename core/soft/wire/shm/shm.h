@@ -69,10 +69,14 @@
 #include "soft/wire/alarm.h"
 
 #define SHM_CTX_MAGIC 0x54464f5354524254ull /* "TBRTSOFT" */
-#define SHM_CTX_VERSION 7         /* 3: one-line receive results, WQE-shaped sends; 4: SRQs,
+#define SHM_CTX_VERSION 8         /* 3: one-line receive results, WQE-shaped sends; 4: SRQs,
                                      atomics, 30 SGEs, iova, the event doorbell; 5: the
                                      shared copy's job in each QP block; 6: shared READs;
-                                     7: receive results apart from the posted receives */
+                                     7: receive results apart from the posted receives;
+                                     8: the owner's wait mark with its time */
+#define SHM_WAIT_EVERY 64         /* looks between two marks of a waiting owner */
+#define SHM_WAIT_FRESH_MS 10u     /* a mark older than this is of a wait that ended (the
+                                     coarse clock ticks every 1-10 ms) */
 #define SHM_CTX_SIZE (256ull << 20)         /* sparse: pages appear on use */
 #define SHM_MR_MAX (SOFT_MAX_MR + 1) /* entry 0 is never used: keys are never 0 */
 #define SHM_MAX_CQ 1024                     /* CQ doorbells per context */
@@ -358,9 +362,13 @@ struct shm_qp_block {
     SHM_OWN_LINE _Atomic uint64_t sq_tail;     /* owner: next free slot */
     SHM_OWN_LINE _Atomic int32_t sq_lock;      /* pid of the executor, 0 when free */
     _Atomic uint64_t sq_head;   /* executor: next to run */
-    /* owner: the CPU it last waited on + 1 (0: none yet), for a waiting
-     * peer choosing to spin or yield (written only when it changes) */
-    SHM_OWN_LINE _Atomic int32_t owner_cpu;
+    /* owner: where it waits on this QP, for a waiting peer choosing to
+     * spin or yield: the CPU + 1 and, << 32, the coarse clock's ms when it
+     * last said so (0: never). Said again every SHM_WAIT_EVERY looks while
+     * it waits (a store only when it changed): a mark older than
+     * SHM_WAIT_FRESH_MS is of a wait that ended, the owner now waiting on
+     * another link or working (shm_wire.c: shm_qp_peer). */
+    SHM_OWN_LINE _Atomic uint64_t owner_wait;
     struct shm_rqe rq[];
 };
 
@@ -607,6 +615,8 @@ struct soft_wire_qp {
     uint64_t peer_checked_ns;
     uint64_t lock_checked_ns;   /* last look for a dead holder of our SQ lock */
     unsigned alive_tick;        /* look at the clock every 64th send */
+    unsigned wait_looks;        /* shm_qp_peer's, to mark our wait every SHM_WAIT_EVERY */
+    int32_t wait_cpu;           /* the CPU + 1 that mark said */
     /* UD: the last send's target, kept while its block names it (a lookup
      * is three syscalls: the registry's lock twice, the process alive) */
     struct shm_view ud_dest;
