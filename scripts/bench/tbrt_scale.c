@@ -42,23 +42,29 @@ struct flow {
     bool unflushed;             /* sending: the last message's stride not yet posted */
 };
 
-/* Nothing moved on any link: arm them all and sleep on their fds (1 ms at
- * most: sends in flight on the soft device move only when called). */
+/* Nothing moved on any link for the links' spin window: arm them all and
+ * sleep on their fds, as long as the links allow (tbrt_link_sleep_max:
+ * sends in flight on the soft device move only when called) and 1 ms at
+ * most (the caller's deadline is looked at in between). */
 static void wait_links(tbrt_link **ls, int n)
 {
     struct pollfd p[2 * MAX_LINKS];
     int np = 0;
+    double nap = 1e-3;
     for (int i = 0; i < n; i++) {
         int rc = tbrt_link_arm(ls[i]);
         if (rc < 0)
             bench_die("arm", ls[i]);
         if (rc > 0)
             return;
+        double cap = tbrt_link_sleep_max(ls[i]);
+        if (cap >= 0 && cap < nap)
+            nap = cap;
         int fds[2], k = tbrt_link_fds(ls[i], fds, 2);
         for (int j = 0; j < k; j++)
             p[np++] = (struct pollfd){.fd = fds[j], .events = POLLIN};
     }
-    poll(p, (nfds_t)np, 1);
+    poll(p, (nfds_t)np, (int)(nap * 1e3));
 }
 
 /* One turn of sending on f: true when it moved bytes. */
@@ -120,8 +126,8 @@ static bool recv_turn(struct flow *f, uint8_t *want, size_t n)
 static void stream(struct flow *s, int ns, struct flow *r, int nr, uint8_t *want_s,
                    uint8_t *want_r, size_t n, tbrt_link **all, int nall)
 {
-    double deadline = bench_now() + BENCH_TIMEOUT;
-    unsigned idle = 0;
+    double deadline = bench_now() + BENCH_TIMEOUT, since = 0;
+    unsigned idle = 0, turn = 0;
     for (;;) {
         bool moved = false, left = false;
         for (int i = 0; i < ns; i++) {
@@ -136,13 +142,24 @@ static void stream(struct flow *s, int ns, struct flow *r, int nr, uint8_t *want
             break;
         if (moved) {
             idle = 0;
+            since = 0;
             continue;
         }
-        if (++idle < 64)
+        /* as the library's own waits: the clock every 16th idle turn, and
+         * a link's word on how to pause (tbrt_link_idle: it yields the CPU
+         * to a peer or another tbrt waiter sharing it) and how long to keep
+         * looking before sleeping; one link a turn, in turn */
+        if ((++idle & 15) != 0)
             continue;
-        if (bench_now() > deadline)
+        double t = bench_now();
+        if (t > deadline)
             bench_die("stream: no progress within the bound", all[0]);
+        if (!since)
+            since = t;
+        if (t - since < tbrt_link_idle(all[turn++ % (unsigned)nall]))
+            continue;
         wait_links(all, nall);
+        since = 0;
     }
     for (int i = 0; i < ns; i++)   /* what a send accepted last must leave */
         bench_flush(s[i].l);
