@@ -11,20 +11,13 @@ local ffi = require("ffi")
 local cjson = require("cjson")
 local tbrt = require("tbrt")
 local task = tbrt.task
-
-ffi.cdef [[
-typedef struct { uint64_t bits[16]; } ring_member_set;
-int sched_setaffinity(int pid, size_t size, const ring_member_set *mask);
-int sched_getcpu(void);
-]]
-local C = ffi.C
+package.path = package.path .. ";" .. arg[0]:gsub("ring_member%.lua$", "?.lua")
+local E = require("share_ends")
 
 local me, n, rounds, cpu, dir =
   tonumber(arg[1]), tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4]), arg[5]
 assert(me and n and rounds and cpu and dir, "usage: ring_member.lua I N ROUNDS CPU DIR")
-local set = ffi.new("ring_member_set")
-set.bits[math.floor(cpu / 64)] = bit.lshift(1ULL, cpu % 64)
-assert(C.sched_setaffinity(0, ffi.sizeof(set), set) == 0, "sched_setaffinity to CPU " .. cpu)
+E.pin(E.only(cpu))
 
 local function read_port(i, timeout)
   local until_t = os.time() + timeout
@@ -77,7 +70,7 @@ tbrt.run(function()
       pass()
     end
   end
-  out = { cpu = C.sched_getcpu(), rounds = rounds,
+  out = { cpu = E.cpu(), rounds = rounds,
           fellow_yields = from:stats().fellow_yields + to:stats().fellow_yields }
   from:close()
   to:close()
