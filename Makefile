@@ -183,8 +183,8 @@ bench: all
 	$(MAKE) $(BUILD)/mpi-ring
 	$(TBRT) scripts/bench.lua
 
-# The anchor of the bench's ring of processes: Open MPI's mpicc (its headers
-# come with `deps.sh bench`, so it is not part of `all`)
+# The anchor of the bench's ring of processes, built by Open MPI's mpicc
+# (libopenmpi-dev, from deps.sh): only for the bench, `all` needs no MPI
 $(BUILD)/mpi-ring: scripts/bench/mpi_ring.c
 	@mkdir -p $(dir $@)
 	mpicc -std=c11 -O2 -Wall -Wextra -Werror -o $@ $<

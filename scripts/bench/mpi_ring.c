@@ -60,8 +60,8 @@ int main(int argc, char **argv)
         die("usage: mpirun -np P mpi-ring SIZE ITERS (P >= 2)");
     size_t n = strtoull(argv[1], NULL, 0);
     long iters = strtol(argv[2], NULL, 0);
-    if (n < 8 || n > (1u << 30) || iters <= 0)
-        die("SIZE must be 8 B .. 1 GiB and ITERS > 0");
+    if (n < 8 || n > (64u << 20) || iters <= 0)      /* WINDOW of them each way */
+        die("SIZE must be 8 B .. 64 MiB and ITERS > 0");
     int next = (me + 1) % np, prev = (me + np - 1) % np;
     uint8_t *want = malloc(n), *out = malloc(n * WINDOW), *in = malloc(n * WINDOW);
     if (!want || !out || !in)
