@@ -13,8 +13,9 @@
  * takes as many from the one before (nonblocking, a window of them in
  * flight, as tbrt-scale's stream does), all ranks' bytes over the slowest
  * rank's time. lat: an 8 B token once around the ring LAT_ROUNDS times,
- * after LAT_WARM untimed rounds, the time of one hop. Every message is compared with the pattern and
- * carries its index; a wrong byte ends the run with a message naming it. */
+ * after LAT_WARM untimed rounds, the time of one hop. Every message carries
+ * its index and is compared with the pattern; a wrong one ends the run,
+ * named. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
