@@ -616,7 +616,6 @@ struct soft_wire_qp {
     uint64_t lock_checked_ns;   /* last look for a dead holder of our SQ lock */
     unsigned alive_tick;        /* look at the clock every 64th send */
     unsigned wait_looks;        /* shm_qp_peer's, to mark our wait every SHM_WAIT_EVERY */
-    int32_t wait_cpu;           /* the CPU + 1 that mark said */
     /* UD: the last send's target, kept while its block names it (a lookup
      * is three syscalls: the registry's lock twice, the process alive) */
     struct shm_view ud_dest;

@@ -422,10 +422,10 @@ static uint32_t coarse_ms(void)
 static int shm_qp_peer(struct soft_wire_qp *q, int cpu)
 {
     int32_t mine = cpu >= 0 ? cpu + 1 : 0;
-    if (mine != q->wait_cpu || q->wait_looks++ % SHM_WAIT_EVERY == 0) {
-        q->wait_cpu = mine;
+    uint64_t said = atomic_load_explicit(&q->sh->owner_wait, memory_order_relaxed);
+    if ((int32_t)(uint32_t)said != mine || q->wait_looks++ % SHM_WAIT_EVERY == 0) {
         uint64_t mark = mine ? (uint64_t)coarse_ms() << 32 | (uint32_t)mine : 0;
-        if (atomic_load_explicit(&q->sh->owner_wait, memory_order_relaxed) != mark)
+        if (said != mark)
             atomic_store_explicit(&q->sh->owner_wait, mark, memory_order_relaxed);
     }
     struct shm_view *v = &q->peer;
