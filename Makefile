@@ -74,7 +74,11 @@ BENCH_C  := $(BUILD)/tbrt-bench
 # the other C-driven benchmarks: views against copies, many links, memcpy
 BENCH_MORE := $(BUILD)/tbrt-stream $(BUILD)/tbrt-scale $(BUILD)/tbrt-memcpy $(BUILD)/tbrt-cost \
               $(BUILD)/tbrt-line
-all: lib $(TBRT) $(CDEF) $(PC) $(BENCH_C) $(BENCH_MORE)
+# what they share; the message check also as a library for the Lua twins
+BENCH_SRC := scripts/bench/bench_common.c scripts/bench/bench_pattern.c
+BENCH_HDR := scripts/bench/bench_common.h scripts/bench/bench_pattern.h
+BENCH_PATTERN_SO := $(BUILD)/libtbrt-bench-pattern.so
+all: lib $(TBRT) $(CDEF) $(PC) $(BENCH_C) $(BENCH_MORE) $(BENCH_PATTERN_SO)
 lib: $(LIB_SO) $(LIB_A)
 
 # The header hash ties the library, the generated cdef and the bindings
@@ -112,16 +116,17 @@ $(TBRT): $(HOST_OBJ)
 
 # The C-driven benchmark of `make bench` (scripts/bench/), built with
 # everything so it always compiles.
-$(BENCH_C): scripts/bench/tbrt_bench.c scripts/bench/bench_common.c scripts/bench/bench_common.h \
-            $(HEADERS) $(LIB_SO)
-	$(CC) $(ALL_CFLAGS) -o $@ $< scripts/bench/bench_common.c -L$(BUILD) -ltbrt -Wl,-rpath,'$$ORIGIN'
+$(BENCH_C): scripts/bench/tbrt_bench.c $(BENCH_SRC) $(BENCH_HDR) $(HEADERS) $(LIB_SO)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BENCH_SRC) -L$(BUILD) -ltbrt -Wl,-rpath,'$$ORIGIN'
 
 # tbrt-memcpy measures the core's bulk copy, which the library does not export
 $(BUILD)/tbrt-memcpy: BENCH_EXTRA := core/util/copy.c
 $(BUILD)/tbrt-memcpy: core/util/copy.c
-$(BENCH_MORE): $(BUILD)/tbrt-%: scripts/bench/tbrt_%.c scripts/bench/bench_common.c \
-                scripts/bench/bench_common.h $(HEADERS) $(LIB_SO)
-	$(CC) $(ALL_CFLAGS) -o $@ $< scripts/bench/bench_common.c $(BENCH_EXTRA) -L$(BUILD) -ltbrt -Wl,-rpath,'$$ORIGIN'
+$(BENCH_MORE): $(BUILD)/tbrt-%: scripts/bench/tbrt_%.c $(BENCH_SRC) $(BENCH_HDR) $(HEADERS) $(LIB_SO)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BENCH_SRC) $(BENCH_EXTRA) -L$(BUILD) -ltbrt -Wl,-rpath,'$$ORIGIN'
+
+$(BENCH_PATTERN_SO): scripts/bench/bench_pattern.c scripts/bench/bench_pattern.h
+	$(CC) $(ALL_CFLAGS) -shared -o $@ $<
 
 $(PC): Makefile
 	@mkdir -p $(dir $@)

@@ -22,6 +22,43 @@ describe("the bench's programs", function()
     end
   end)
 
+  it("check a message against the pattern piece by piece: every wrong byte is found where it is",
+    function()
+      -- the check both stream twins use (bench_pattern.c, as a library for the Lua one)
+      local ffi = require("ffi")
+      pcall(ffi.cdef, [[
+        void bench_fill(uint8_t *b, size_t n);
+        void bench_stamp(uint8_t *b, size_t n, uint64_t idx);
+        long bench_pattern_bad(const uint8_t *p, size_t off, size_t n, uint64_t idx);
+      ]])
+      local P = ffi.load(H.build .. "/libtbrt-bench-pattern.so")
+      local n, idx = 70001, 12345
+      local m = ffi.new("uint8_t[?]", n)
+      P.bench_fill(m, n)
+      P.bench_stamp(m, n, idx)
+      local function bad(off, len, i) return tonumber(P.bench_pattern_bad(m + off, off, len, i or idx)) end
+      -- whole, and in pieces that start and end off the 8-byte words, as views split a message
+      assert.equal(-1, bad(0, n))
+      for _, piece in ipairs({ { 0, 3 }, { 3, 9 }, { 5, 65531 }, { 65536, n - 65536 }, { 12, 0 } }) do
+        assert.equal(-1, bad(piece[1], piece[2]), "piece at " .. piece[1])
+      end
+      -- another message's index, in the head or cut across a piece
+      assert.equal(0, bad(0, n, idx + 1))
+      assert.equal(3, bad(3, 9, idx + 2 ^ 24))
+      -- one flipped byte anywhere: in the index, a word's middle, the tail past the last word
+      for _, at in ipairs({ 7, 8, 4099, 65535, n - 1 }) do
+        m[at] = bit.bxor(m[at], 0x40)
+        assert.equal(at, bad(0, n), "byte " .. at)
+        local from = at >= 5 and at - 5 or 0
+        assert.equal(at, bad(from, n - from), "byte " .. at .. " from " .. from)
+        m[at] = bit.bxor(m[at], 0x40)
+      end
+      -- a piece checked as if it lay 8 bytes further on (placed at a wrong offset)
+      local shifted = tonumber(P.bench_pattern_bad(m + 56, 64, 128, idx))
+      assert.is_true(shifted >= 64 and shifted < 72, "a piece 8 bytes off: " .. shifted)
+      assert.equal(-1, bad(0, n))
+    end)
+
   it("tbrt-bench streams from and into registered memory (bw-reg, lat-reg) and fresh lines (-fresh), every byte checked",
     function()
       -- sizes on both sides of the direct threshold (32 KiB) and of a shared READ (64 KiB)

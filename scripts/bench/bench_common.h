@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "tbrt.h"
+#include "bench_pattern.h"
 
 /* Bound of every blocking call and of the caps exchange, seconds. */
 #define BENCH_TIMEOUT 60.0
@@ -33,19 +34,13 @@ tbrt_link *bench_link(int fd, const char *dev, const char *pers);
  * may be full, and the C API has no blocking flush. */
 void bench_flush(tbrt_link *l);
 
-/* The pattern of message bytes: 8-byte words that all differ, so a piece
- * that lands at the wrong offset shows (a pattern of period p hides a
- * shift by a multiple of p; tbrt's strides are 128 KiB); a message carries
- * its index in its first 8 bytes (when it has 8). */
-void bench_fill(uint8_t *b, size_t n);
-/* Do bytes [a, e) of a message in b hold the pattern (bytes 0..7, the
- * index, are the caller's)? Computed, not compared with a reference: a
- * receiver checking a piece as it arrives reads only the piece. */
-bool bench_pattern_holds(const uint8_t *b, size_t a, size_t e);
-void bench_stamp(uint8_t *b, size_t n, uint64_t idx);
 /* memcmp of n bytes at offset off of message idx against want (stamped
  * with idx); exits naming the message on a difference. */
 void bench_check(const uint8_t *got, const uint8_t *want, size_t off, size_t n, uint64_t idx);
+/* The same against the pattern computed, without a reference: bytes
+ * [off, off + n) of message idx, at p (a piece as it arrived, where it
+ * lies), read once. */
+void bench_check_span(const uint8_t *p, size_t off, size_t n, uint64_t idx);
 
 /* Resident and virtual size of this process, KiB (/proc/self/statm). */
 void bench_mem_kib(long *rss, long *vsz);

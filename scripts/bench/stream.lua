@@ -8,15 +8,23 @@
 --
 -- This process sends ITERS messages of SIZE bytes (no flush between them)
 -- and measures until the other end's 1-byte ack; the other end (a child
--- tbrt process running this script with --child PORT) compares each one
--- with the pattern stamped with its index: after recv_into into its buffer
--- (copy), or in place, view by view (view). A short untimed warm-up first.
+-- tbrt process running this script with --child PORT) checks each one
+-- against the pattern stamped with its index: after recv_into into its
+-- buffer (copy), or in place, view by view (view). The check is the C
+-- program's own (build/libtbrt-bench-pattern.so, beside the tbrt that runs
+-- this), so the two differ only in how they drive tbrt. A short untimed
+-- warm-up first.
 local ffi = require("ffi")
 local uv = require("luv")
 local tbrt = require("tbrt")
 
-ffi.cdef [[ int memcmp(const void *a, const void *b, size_t n); ]]
-local C = ffi.C
+ffi.cdef [[ long bench_pattern_bad(const uint8_t *p, size_t off, size_t n, uint64_t idx); ]]
+local check_lib = uv.exepath():gsub("[^/]*$", "") .. "libtbrt-bench-pattern.so"
+local ok_lib, P = pcall(ffi.load, check_lib)
+if not ok_lib then
+  io.stderr:write("stream.lua: the message check ", check_lib, ": ", tostring(P), " (make)\n")
+  os.exit(1)
+end
 
 local WARM, TIMEOUT = 8, 60
 local dev, pers, mode, size, iters, child_port = arg[1], arg[2], arg[3], tonumber(arg[4]),
@@ -35,8 +43,9 @@ local function fail(msg)
   os.exit(1)
 end
 
-local want = dofile(arg[0]:gsub("[^/]*$", "") .. "pattern.lua")(size)
-local index = ffi.cast("uint64_t *", want)
+-- the sender's source (the receiver checks against the pattern computed)
+local want = not child_port and dofile(arg[0]:gsub("[^/]*$", "") .. "pattern.lua")(size) or nil
+local index = want and ffi.cast("uint64_t *", want)
 local function stamp(i) if size >= 8 then index[0] = i end end
 
 local function send_msg(l)
@@ -61,7 +70,8 @@ local function recv_msg(l, i)
   if not view then
     local got, err = l:recv_into(buf, size, TIMEOUT)
     if not got then fail(err) end
-    if C.memcmp(buf, want, size) ~= 0 then fail("message " .. i .. " differs") end
+    local bad = P.bench_pattern_bad(buf, 0, size, i)
+    if bad >= 0 then fail("message " .. i .. " differs at byte " .. tonumber(bad)) end
     return
   end
   local off = 0
@@ -69,7 +79,8 @@ local function recv_msg(l, i)
     local p, n = l:recv_view(TIMEOUT)
     if not p then fail(n) end
     if n > size - off then n = size - off end
-    if C.memcmp(p, want + off, n) ~= 0 then fail("message " .. i .. " differs at " .. off) end
+    local bad = P.bench_pattern_bad(p, off, n, i)
+    if bad >= 0 then fail("message " .. i .. " differs at byte " .. tonumber(bad)) end
     l:release(n)
     off = off + n
   end
@@ -87,9 +98,9 @@ if child_port then
   tbrt.run(function()
     local l, err = tbrt.connect("127.0.0.1", child_port, opts)
     if not l then fail(err) end
-    for i = 0, WARM - 1 do stamp(i) recv_msg(l, i) end
+    for i = 0, WARM - 1 do recv_msg(l, i) end
     ack(l)
-    for i = 0, iters - 1 do stamp(i) recv_msg(l, i) end
+    for i = 0, iters - 1 do recv_msg(l, i) end
     ack(l)
     if os.getenv("TBRT_BENCH_STATS") then
       local s = l:stats()
