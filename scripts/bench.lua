@@ -296,11 +296,6 @@ r.load_end = loadavg()
 
 local function ratio(a, b) return (a and b and b ~= 0) and a / b or nil end
 local function f(v, fmt) return v and string.format(fmt or "%.3f", v) or "NA" end
-local function check(v, want, cmp)
-  if not v then return "" end
-  local ok = cmp == "<=" and v <= want or cmp == ">=" and v >= want
-  return string.format("%s %s %s", ok and "meets" or "misses", cmp, want)
-end
 
 -- a row: label, tbrt's key, the anchor's key, what the anchor is, target
 local row = rounds.row
@@ -357,7 +352,7 @@ local json_rows = {}
 for _, row in ipairs(rows) do
   local q = row.ratio or ratio(row[2], row[3])   -- row.ratio: the median of paired runs
   local lo, hi = range(row.ratios)
-  local verdict = row[5] and check(q, row[6], row[5]) or "(information)"
+  local verdict = rounds.verdict(row)
   print(string.format("%-42s %10s %10s  %-16s %7s %11s  %s", row[1], f(row[2]), f(row[3]), row[4],
     f(q, "%.2f"), lo and string.format("%.2f-%.2f", lo, hi) or "", verdict))
   json_rows[#json_rows + 1] = { measure = row[1], tbrt = row[2], anchor = row[3],

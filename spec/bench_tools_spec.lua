@@ -201,6 +201,19 @@ describe("the bench's programs", function()
       assert.same({ 20, 10 / 3 }, row.ratios)   -- rounds 1 (20 / 1) and 3 (10 / 3)
       assert.near((20 + 10 / 3) / 2, row.ratio, 1e-12)
       assert.same({ "ours / flaky", 15, 2, "flaky", ">=", 1 }, { unpack(row, 1, 6) })
+      -- the verdict: the median's, and in how many rounds the target held
+      assert.equal(">= 1 (2 of 2 rounds)", rounds.verdict(row):match("^meets (.*)$"))
+      -- (ratios 20 and 10 / 3, median 35 / 3: met by the median and one round, or one round only)
+      assert.equal("meets >= 5 (1 of 2 rounds)",
+        rounds.verdict(rounds.row("x", "ours", "flaky", "flaky", ">=", 5)))
+      assert.equal("misses >= 15 (1 of 2 rounds)",
+        rounds.verdict(rounds.row("x", "ours", "flaky", "flaky", ">=", 15)))
+      assert.equal("misses <= 1 (0 of 2 rounds)",
+        rounds.verdict(rounds.row("x", "ours", "flaky", "flaky", "<=", 1)))
+      assert.equal("(information)", rounds.verdict(rounds.row("x", "ours", "flaky", "flaky")))
+      assert.equal("", rounds.verdict(rounds.row("x", "ours", "never", "never", ">=", 1)))
+      -- a row of two figures and no rounds (the matrix's): the median alone
+      assert.equal("meets <= 0.5", rounds.verdict({ "m", 0.2, 1, "(seconds)", "<=", 0.5 }))
       assert.matches("# ours +15 %(4 runs%)", lines[1])
       assert.matches("# flaky +2 %(2 runs%)", lines[3])
       assert.matches("# never +NA: not installed", lines[4])

@@ -20,6 +20,10 @@
 --   rounds.row(label, a, b, anchor_is, cmp, target) -> a row of bench.lua's
 --       table: figures a (tbrt's) and b (the anchor's), their paired ratio
 --       (ratio =) and each round's (ratios =: the table shows their range)
+--   rounds.verdict(row) -> "meets >= 1 (4 of 5 rounds)": the target against
+--       the row's ratio, and in how many rounds it held (a median that
+--       meets while rounds miss is met on that machine some of the time);
+--       "(information)" for a row without a target, "" without a ratio
 --   rounds.median(list)
 local function median(list)
   local t = {}
@@ -73,6 +77,22 @@ return function(r, runs, log)
       if x and y and y ~= 0 then q[#q + 1] = x / y end
     end
     return median(q), q
+  end
+
+  function self.verdict(row)
+    local cmp, want = row[5], row[6]
+    if not cmp then return "(information)" end
+    local q = row.ratio or (row[2] and row[3] and row[3] ~= 0 and row[2] / row[3]) or nil
+    if not q then return "" end
+    local function holds(v) return cmp == "<=" and v <= want or cmp == ">=" and v >= want end
+    local text = string.format("%s %s %s", holds(q) and "meets" or "misses", cmp, want)
+    local list = row.ratios
+    if list and #list >= 2 then
+      local n = 0
+      for _, v in ipairs(list) do if holds(v) then n = n + 1 end end
+      text = text .. string.format(" (%d of %d rounds)", n, #list)
+    end
+    return text
   end
 
   function self.row(label, a, b, is, cmp, target)
