@@ -12,7 +12,10 @@
  *   tbrt-scale DEVICE PERSONALITY ring P SIZE ITERS
  *       P processes (P even) in a ring, each with a link to the next: bw
  *       (GB/s, all of them streaming ITERS messages to the next at once,
- *       summed) and lat_us (an 8 B token passed around, per hop).
+ *       summed) and lat_us (an 8 B token passed around, per hop). With
+ *       TBRT_BENCH_STATS set, each member also says (stderr) what its waits
+ *       for the token did in the timed rounds: sleeps, yields to fellow
+ *       waiters, CPU moves, looks, and the wake-ups its passes cost.
  *
  * Every message is checked byte for byte; every wait is bounded. A loop
  * that drives many links does look at each link in turn (its own O(n), as
@@ -363,11 +366,29 @@ static int run_ring(const char *dev, const char *pers, int np, size_t n, long it
      * round's hops 3-5 ms each, the whole figure up to 3x the median hop) */
     for (int i = 0; i < LAT_WARM; i++)
         pass_token(out, in, me, 8, (uint64_t)i);
+    tbrt_link_stats in0, out0;
+    tbrt_link_stats_get(in, &in0);
+    tbrt_link_stats_get(out, &out0);
     double ts = bench_now();
     for (int i = 0; i < LAT_ROUNDS; i++)
         pass_token(out, in, me, 8, (uint64_t)(LAT_WARM + i));
     hop_us = (bench_now() - ts) / LAT_ROUNDS / np * 1e6;
     pass_token(out, in, me, 8, (uint64_t)(LAT_WARM + LAT_ROUNDS));
+    if (getenv("TBRT_BENCH_STATS")) {
+        /* what the timed rounds' waits did, per process (stderr) */
+        tbrt_link_stats i1, o1;
+        tbrt_link_stats_get(in, &i1);
+        tbrt_link_stats_get(out, &o1);
+        fprintf(stderr, "# ring member %d, %d timed rounds: waiting for the token %llu sleeps, "
+                "%llu fellow yields, %llu cpu moves, %llu spins; passing it %llu eager sends, "
+                "%llu wakes\n", me, LAT_ROUNDS,
+                (unsigned long long)(i1.sleeps - in0.sleeps),
+                (unsigned long long)(i1.fellow_yields - in0.fellow_yields),
+                (unsigned long long)(i1.cpu_moves - in0.cpu_moves),
+                (unsigned long long)(i1.spins - in0.spins),
+                (unsigned long long)(o1.eager_sends - out0.eager_sends),
+                (unsigned long long)(o1.eager_wakes - out0.eager_wakes));
+    }
     double mine[2] = {stream_s, hop_us};
     tbrt_link_close(out);
     tbrt_link_close(in);
