@@ -26,17 +26,22 @@ describe("the bench's programs", function()
     function()
       -- the check both stream twins use (bench_pattern.c, as a library for the Lua one)
       local ffi = require("ffi")
-      pcall(ffi.cdef, [[
-        void bench_fill(uint8_t *b, size_t n);
-        void bench_stamp(uint8_t *b, size_t n, uint64_t idx);
-        long bench_pattern_bad(const uint8_t *p, size_t off, size_t n, uint64_t idx);
-      ]])
+      for _, decl in ipairs({ "void bench_fill(uint8_t *b, size_t n);",
+        "void bench_stamp(uint8_t *b, size_t n, uint64_t idx);",
+        "long bench_pattern_bad(const uint8_t *p, size_t off, size_t n, uint64_t idx);",
+        "bool bench_pattern_ok(const uint8_t *p, size_t off, size_t n, uint64_t idx);" }) do
+        pcall(ffi.cdef, decl)     -- (declared once per process)
+      end
       local P = ffi.load(H.build .. "/libtbrt-bench-pattern.so")
       local n, idx = 70001, 12345
       local m = ffi.new("uint8_t[?]", n)
       P.bench_fill(m, n)
       P.bench_stamp(m, n, idx)
-      local function bad(off, len, i) return tonumber(P.bench_pattern_bad(m + off, off, len, i or idx)) end
+      local function bad(off, len, i)
+        local at = tonumber(P.bench_pattern_bad(m + off, off, len, i or idx))
+        assert.equal(at == -1, P.bench_pattern_ok(m + off, off, len, i or idx))
+        return at
+      end
       -- whole, and in pieces that start and end off the 8-byte words, as views split a message
       assert.equal(-1, bad(0, n))
       for _, piece in ipairs({ { 0, 3 }, { 3, 9 }, { 5, 65531 }, { 65536, n - 65536 }, { 12, 0 } }) do

@@ -122,9 +122,9 @@ void bench_check(const uint8_t *got, const uint8_t *want, size_t off, size_t n, 
 
 void bench_check_span(const uint8_t *p, size_t off, size_t n, uint64_t idx)
 {
-    long bad = bench_pattern_bad(p, off, n, idx);
-    if (bad < 0)
+    if (bench_pattern_ok(p, off, n, idx))
         return;
+    long bad = bench_pattern_bad(p, off, n, idx);
     uint8_t want = bench_pattern_byte((size_t)bad, idx);
     fprintf(stderr, "tbrt bench: message %llu byte %ld is 0x%02x, expected 0x%02x%s\n",
             (unsigned long long)idx, bad, p[(size_t)bad - off], want,

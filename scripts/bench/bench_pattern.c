@@ -68,13 +68,18 @@ bool bench_pattern_holds(const uint8_t *b, size_t a, size_t e)
     return a >= e || pattern_holds_at(b + a, a, e - a);
 }
 
-long bench_pattern_bad(const uint8_t *p, size_t off, size_t n, uint64_t idx)
+bool bench_pattern_ok(const uint8_t *p, size_t off, size_t n, uint64_t idx)
 {
     size_t head = off >= 8 ? 0 : 8 - off < n ? 8 - off : n;
-    bool ok = pattern_holds_at(p + head, off + head, n - head);
-    for (size_t i = 0; ok && i < head; i++)
-        ok = p[i] == bench_pattern_byte(off + i, idx);
-    if (ok)
+    for (size_t i = 0; i < head; i++)
+        if (p[i] != bench_pattern_byte(off + i, idx))
+            return false;
+    return pattern_holds_at(p + head, off + head, n - head);
+}
+
+long bench_pattern_bad(const uint8_t *p, size_t off, size_t n, uint64_t idx)
+{
+    if (bench_pattern_ok(p, off, n, idx))
         return -1;
     /* where: byte by byte, only on the way out of a failed run */
     for (size_t i = 0; i < n; i++)

@@ -26,9 +26,12 @@ void bench_stamp(uint8_t *b, size_t n, uint64_t idx);
 bool bench_pattern_holds(const uint8_t *b, size_t a, size_t e);
 /* Byte `at` of message idx. */
 uint8_t bench_pattern_byte(size_t at, uint64_t idx);
-/* Bytes [off, off + n) of message idx, at p (a piece where it lies: a
- * view, or a buffer it was copied to), index and pattern, read once: -1
- * when all hold, else the message offset of the first that does not. */
+/* Do bytes [off, off + n) of message idx, at p (a piece where it lies: a
+ * view, or a buffer it was copied to), hold their index and pattern? Read
+ * once. (A bool: LuaJIT boxes a 64-bit result, an allocation a call.) */
+bool bench_pattern_ok(const uint8_t *p, size_t off, size_t n, uint64_t idx);
+/* The same, saying where: -1 when all hold, else the message offset of the
+ * first byte that does not. */
 long bench_pattern_bad(const uint8_t *p, size_t off, size_t n, uint64_t idx);
 
 #endif

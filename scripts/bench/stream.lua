@@ -18,7 +18,10 @@ local ffi = require("ffi")
 local uv = require("luv")
 local tbrt = require("tbrt")
 
-ffi.cdef [[ long bench_pattern_bad(const uint8_t *p, size_t off, size_t n, uint64_t idx); ]]
+ffi.cdef [[
+  bool bench_pattern_ok(const uint8_t *p, size_t off, size_t n, uint64_t idx);
+  long bench_pattern_bad(const uint8_t *p, size_t off, size_t n, uint64_t idx);
+]]
 local check_lib = uv.exepath():gsub("[^/]*$", "") .. "libtbrt-bench-pattern.so"
 local ok_lib, P = pcall(ffi.load, check_lib)
 if not ok_lib then
@@ -70,8 +73,9 @@ local function recv_msg(l, i)
   if not view then
     local got, err = l:recv_into(buf, size, TIMEOUT)
     if not got then fail(err) end
-    local bad = P.bench_pattern_bad(buf, 0, size, i)
-    if bad >= 0 then fail("message " .. i .. " differs at byte " .. tonumber(bad)) end
+    if not P.bench_pattern_ok(buf, 0, size, i) then
+      fail("message " .. i .. " differs at byte " .. tonumber(P.bench_pattern_bad(buf, 0, size, i)))
+    end
     return
   end
   local off = 0
@@ -79,8 +83,9 @@ local function recv_msg(l, i)
     local p, n = l:recv_view(TIMEOUT)
     if not p then fail(n) end
     if n > size - off then n = size - off end
-    local bad = P.bench_pattern_bad(p, off, n, i)
-    if bad >= 0 then fail("message " .. i .. " differs at byte " .. tonumber(bad)) end
+    if not P.bench_pattern_ok(p, off, n, i) then
+      fail("message " .. i .. " differs at byte " .. tonumber(P.bench_pattern_bad(p, off, n, i)))
+    end
     l:release(n)
     off = off + n
   end
