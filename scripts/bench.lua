@@ -294,7 +294,6 @@ for _, part in ipairs({ "figures_views", "figures_scale", "figures_udp" }) do
 end
 r.load_end = loadavg()
 
-local function ratio(a, b) return (a and b and b ~= 0) and a / b or nil end
 local function f(v, fmt) return v and string.format(fmt or "%.3f", v) or "NA" end
 
 -- a row: label, tbrt's key, the anchor's key, what the anchor is, target
@@ -350,7 +349,7 @@ print(string.format("%-42s %10s %10s  %-16s %7s %11s  %s", "measure (" .. PERS .
   "anchor", "anchor is", "ratio", "rounds", "target"))
 local json_rows = {}
 for _, row in ipairs(rows) do
-  local q = row.ratio or ratio(row[2], row[3])   -- row.ratio: the median of paired runs
+  local q = rounds.ratio_of(row)
   local lo, hi = range(row.ratios)
   local verdict = rounds.verdict(row)
   print(string.format("%-42s %10s %10s  %-16s %7s %11s  %s", row[1], f(row[2]), f(row[3]), row[4],

@@ -20,6 +20,7 @@
 --   rounds.row(label, a, b, anchor_is, cmp, target) -> a row of bench.lua's
 --       table: figures a (tbrt's) and b (the anchor's), their paired ratio
 --       (ratio =) and each round's (ratios =: the table shows their range)
+--   rounds.ratio_of(row) -> the row's ratio: paired (ratio =), else a / b
 --   rounds.verdict(row) -> "meets >= 1 (4 of 5 rounds)": the target against
 --       the row's ratio, and in how many rounds it held (a median that
 --       meets while rounds miss is met on that machine some of the time);
@@ -79,10 +80,15 @@ return function(r, runs, log)
     return median(q), q
   end
 
+  -- a row's ratio: the median of its paired rounds, else its two figures'
+  function self.ratio_of(row)
+    return row.ratio or (row[2] and row[3] and row[3] ~= 0 and row[2] / row[3]) or nil
+  end
+
   function self.verdict(row)
     local cmp, want = row[5], row[6]
     if not cmp then return "(information)" end
-    local q = row.ratio or (row[2] and row[3] and row[3] ~= 0 and row[2] / row[3]) or nil
+    local q = self.ratio_of(row)
     if not q then return "" end
     local function holds(v) return cmp == "<=" and v <= want or cmp == ">=" and v >= want end
     local text = string.format("%s %s %s", holds(q) and "meets" or "misses", cmp, want)
