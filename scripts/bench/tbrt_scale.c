@@ -13,7 +13,8 @@
  *       P processes (P even) in a ring, each with a link to the next: bw
  *       (GB/s, all of them streaming ITERS messages to the next at once,
  *       summed) and lat_us (an 8 B token passed around, per hop). With
- *       TBRT_BENCH_STATS set, each member also says (stderr) what its waits
+ *       TBRT_BENCH_STATS set, each member also says (stderr) how long its
+ *       timed stream took and what its waits did there, and what its waits
  *       for the token did in the timed rounds: sleeps, yields to fellow
  *       waiters, CPU moves, looks, and the wake-ups its passes cost.
  *
@@ -311,6 +312,21 @@ static void pass_token(tbrt_link *out, tbrt_link *in, int me, size_t n, uint64_t
     }
 }
 
+/* TBRT_BENCH_STATS: what one member's timed stream did (stderr): its time,
+ * and how its waits went, both links together */
+static void stream_stats(int me, double secs, const tbrt_link_stats *i0, tbrt_link *in,
+                         const tbrt_link_stats *o0, tbrt_link *out)
+{
+    tbrt_link_stats i1, o1;
+    tbrt_link_stats_get(in, &i1);
+    tbrt_link_stats_get(out, &o1);
+#define D(f) (unsigned long long)((i1.f - i0->f) + (o1.f - o0->f))
+    fprintf(stderr, "# ring member %d, stream: %.1f ms, %llu sleeps, %llu fellow yields, "
+            "%llu cpu moves, %llu spins, %llu completions\n", me, secs * 1e3, D(sleeps),
+            D(fellow_yields), D(cpu_moves), D(spins), D(completions));
+#undef D
+}
+
 static int run_ring(const char *dev, const char *pers, int np, size_t n, long iters)
 {
     if (np < 2 || np % 2 || np > 64) {
@@ -355,9 +371,14 @@ static int run_ring(const char *dev, const char *pers, int np, size_t n, long it
         s.done = r.done = 0;
         s.off = r.off = 0;
         s.total = r.total = round == 0 ? 2 : iters;
+        tbrt_link_stats i0, o0;
+        tbrt_link_stats_get(in, &i0);
+        tbrt_link_stats_get(out, &o0);
         double ts = bench_now();
         stream(&s, 1, &r, 1, want_s, want_r, n, both, 2);
         stream_s = bench_now() - ts;
+        if (round == 1 && getenv("TBRT_BENCH_STATS"))
+            stream_stats(me, stream_s, &i0, in, &o0, out);
     }
     /* latency: an 8 B token around the ring LAT_ROUNDS times, after
      * LAT_WARM untimed rounds (the first hops pay for cold paths) and
