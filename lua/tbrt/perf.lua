@@ -275,9 +275,19 @@ function M.serve(l, opts)
         local buf = buffers_for(n, seed, reg, xorshift)
         ffi.copy(buf.msg, head, k)
         local who = op == PINGPONG and "serve pingpong" or "serve push"
-        for i = 0, count - 1 do
-          expect(l, buf, n, i, timeout, who, i == 0 and k or 0)
-          if op == PINGPONG then send(l, buf.msg, n) end
+        -- a loop of its own for each op: LuaJIT made one loop that tested
+        -- op in its body take 76-87 ns a message of a push of 8 B ones,
+        -- against the driver's ~40 for the same expect(), so the "->"
+        -- rate read about half the "<-" one
+        expect(l, buf, n, 0, timeout, who, k)
+        if op == PINGPONG then
+          send(l, buf.msg, n)
+          for i = 1, count - 1 do
+            expect(l, buf, n, i, timeout, who)
+            send(l, buf.msg, n)
+          end
+        else
+          for i = 1, count - 1 do expect(l, buf, n, i, timeout, who) end
         end
         if op == PUSH then send(l, "\1", 1) end
       else
