@@ -6,6 +6,7 @@
  * RST2INIT/INIT2RTR/RTR2RTS/2ERR/2RST commands, MR -> CREATE_MKEY (MTT). */
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "mlx5/cmdif.h"
 #include "mlx5/mlx5_dev.h"
 #include "mlx5/queues.h"
+#include "util/debug.h"
 #include "util/util.h"
 
 enum {
@@ -153,27 +155,56 @@ static int m_dereg_mr(tbrt_mr *mr);
 static int m_destroy_cq(tbrt_cq *cq);
 static int m_dealloc_pd(tbrt_pd *pd);
 
+/* Objects a closed device may still hold: their destroy failed twice (the
+ * firmware said no, or said nothing), so their memory stays as it is, where
+ * the device may still write. They are kept here, reachable, for the life
+ * of the process: held on purpose, not lost (a leak checker sees them as
+ * held; TBRT_DEBUG=1 names each). */
+struct kept {
+    void *obj;
+    struct kept *next;
+};
+static struct kept *kept_objects;
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void keep(struct mdev *d, const char *what, uint32_t num, void *obj)
+{
+    if (DBG_ON(DBG_EVENT))
+        dbg_line(0, "%s: close: %s 0x%x was not destroyed (%s); its memory stays with the "
+                 "device", d->dev.name, what, num, d->h->hca->why);
+    struct kept *k = malloc(sizeof *k);
+    if (!k)
+        return;                 /* held all the same, only not on the list */
+    pthread_mutex_lock(&kept_lock);
+    *k = (struct kept){.obj = obj, .next = kept_objects};
+    kept_objects = k;
+    pthread_mutex_unlock(&kept_lock);
+}
+
 /* What the caller left behind, in the order hardware needs (QPs, MRs, CQs,
  * PDs), then the HCA. An object whose destroy fails again stays with the
  * firmware, and so does its memory: the device may still write into it
- * (as with firmware pages it never gave back, bringup.c). */
+ * (as with firmware pages it never gave back, bringup.c): kept above. */
 static void m_close(tbrt_dev *dev)
 {
     struct mdev *d = D(dev);
     for (int i = 0; i < MAX_QPS_PER_DEV; i++)
-        if (d->qps[i])
-            m_destroy_qp(&d->qps[i]->qp);
+        if (d->qps[i] && m_destroy_qp(&d->qps[i]->qp) < 0)
+            keep(d, "QP", d->qps[i]->hw.qpn, d->qps[i]);
     for (struct mmr *m = d->mrs, *next; m; m = next) {
         next = m->next;
-        m_dereg_mr(&m->mr);
+        if (m_dereg_mr(&m->mr) < 0)
+            keep(d, "MR (mkey)", m->mkey, m);
     }
     for (struct mcq *c = d->cqs, *next; c; c = next) {
         next = c->next;
-        m_destroy_cq(&c->cq);
+        if (m_destroy_cq(&c->cq) < 0)
+            keep(d, "CQ", c->hw.cqn, c);
     }
     for (struct mpd *p = d->pds, *next; p; p = next) {
         next = p->next;
-        m_dealloc_pd(&p->pd);
+        if (m_dealloc_pd(&p->pd) < 0)
+            keep(d, "PD", p->pd.handle, p);
     }
     tbrt_mlx5_close(d->h);
     free(d);
@@ -278,11 +309,22 @@ static int m_create_cq(tbrt_dev *dev, int cqe, tbrt_cq **out)
     if (!c)
         return dev_fail(dev, ENOMEM, "create_cq: out of memory");
     int rc = mlx5_create_eq(H(dev), &c->hw.eq);
-    if (rc == 0 && (rc = mlx5_create_cq(H(dev), &c->hw, cqe)) < 0)
-        mlx5_destroy_eq(H(dev), &c->hw.eq);
     if (rc < 0) {
         free(c);
         return failh(dev, rc, "create_cq");
+    }
+    if ((rc = mlx5_create_cq(H(dev), &c->hw, cqe)) < 0) {
+        /* the reason is the CQ's: the EQ's undoing must not replace it */
+        char why[sizeof H(dev)->why];
+        str_copy(why, sizeof why, H(dev)->why);
+        if (mlx5_destroy_eq(H(dev), &c->hw.eq) == 0) {
+            free(c);
+            return dev_fail(dev, -rc, "create_cq: %s", why);
+        }
+        /* a device that made the CQ after all holds the EQ by it */
+        keep(D(dev), "EQ", c->hw.eq.eqn, c);
+        return dev_fail(dev, -rc, "create_cq: %s; its EQ 0x%x could not be destroyed after "
+                        "(%s): it stays with the device", why, c->hw.eq.eqn, H(dev)->why);
     }
     c->cq = (tbrt_cq){.dev = dev, .cqe = (1 << c->hw.log_size) - 1, .fd = c->hw.eq.fd};
     c->next = D(dev)->cqs;
