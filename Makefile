@@ -6,9 +6,10 @@
 #                      "N passed, N failed, N skipped"
 #   make test          specs against the normal build only
 #   make asan          the sanitizer build in build-asan/
-#   make fuzz          build-fuzz/fuzz-udp-wire, fuzz-shm-wire, fuzz-link-frames:
-#                      libFuzzer against the soft device's wires and the engine's
-#                      receive side (clang; every core file instrumented)
+#   make fuzz          build-fuzz/fuzz-udp-wire, fuzz-shm-wire, fuzz-link-frames,
+#                      fuzz-mlx5-device: libFuzzer against the soft device's wires,
+#                      the engine's receive side and the mlx5 driver under a lying
+#                      device (clang; every core file instrumented)
 #   make run           tbrt scripts/pair.lua on the default software device
 #   make bench         C- and Lua-driven benchmarks beside the anchor tools
 #   make install PREFIX=/usr/local
@@ -159,14 +160,14 @@ FUZZ_SANITIZE := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-poi
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 CFLAGS=-Wno-unknown-warning-option \
 	  SANITIZE="$(FUZZ_SANITIZE)" build-fuzz/fuzz-udp-wire build-fuzz/fuzz-shm-wire \
-	  build-fuzz/fuzz-link-frames
+	  build-fuzz/fuzz-link-frames build-fuzz/fuzz-mlx5-device
 
 # A fuzz target's link (its source first among the prerequisites): to a
 # .tmp file renamed when whole. The fuzz specs run `make fuzz` themselves, and
 # a spec killed mid-link (SIGKILL: make cannot clean up) left a zero-byte
 # target that the next `make fuzz` took as up to date.
-FUZZ_LINK = $(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@.tmp $< $(BUILD)/libtbrt.a $(LDLIBS_CORE) \
-            && mv -f $@.tmp $@
+FUZZ_LINK = $(CC) $(ALL_CFLAGS) -fsanitize=fuzzer $(FUZZ_LDFLAGS) -o $@.tmp $< $(BUILD)/libtbrt.a \
+            $(LDLIBS_CORE) && mv -f $@.tmp $@
 
 # The engine's target (the wires' are in core/soft/part.mk): a hostile
 # peer's frames into a link's receive ring.

@@ -10,3 +10,13 @@ $(BUILD)/gen/mlx5_ifc_gen.h: core/mlx5/gen_tables.lua lua/tbrt/mlx5/trace.lua $(
 	$(LUAJIT) core/mlx5/gen_tables.lua core/mlx5/data $(BUILD)/gen/mlx5_ifc_gen.h $(BUILD)/gen/mlx5_cx4_caps.h
 
 $(BUILD)/gen/mlx5_cx4_caps.h: $(BUILD)/gen/mlx5_ifc_gen.h
+
+# Built by `make fuzz` only (clang, libFuzzer): a hostile device under the
+# driver (spec/support/fuzz_mlx5_device.c). The driver's call that opens its
+# model is redirected by the linker to the program's wrapper, which puts a
+# lying PCI function around the model (and its command queue's set-up, to
+# shorten the command timeout); the library itself is not changed.
+$(BUILD)/fuzz-mlx5-device: FUZZ_LDFLAGS = -Wl,--wrap=pci_model_open -Wl,--wrap=cmdq_init
+$(BUILD)/fuzz-mlx5-device: spec/support/fuzz_mlx5_device.c spec/support/fuzz_common.h \
+                           core/mlx5/pci.h core/mlx5/hca.h core/mlx5/cmdif.h $(BUILD)/libtbrt.a
+	$(FUZZ_LINK)
