@@ -29,13 +29,15 @@
 
 enum {
     CAP_GENERAL = 0, CAP_ROCE = 4,           /* MLX5_CAP_GENERAL, MLX5_CAP_ROCE */
-    RECLAIM_BATCH = 512,
-    RECLAIM_ROUNDS = 1000,
     /* The most firmware pages one HCA is given in all: 4 GiB, 80 times what
      * the ConnectX-4 of the Linux trace asks for (12868 init pages, 50 MiB).
      * QUERY_PAGES is device output: an answer beyond this (or beyond half
      * of this host's memory) is a corrupted one, not a debt to pay. */
     FW_PAGES_MAX = 1 << 20,
+    RECLAIM_BATCH = 512,
+    /* enough rounds of RECLAIM_BATCH to take back all it may hold, and some:
+     * a firmware that gives back a few at a time is slow, not stuck */
+    RECLAIM_ROUNDS = FW_PAGES_MAX / RECLAIM_BATCH + 64,
 };
 
 static const char *pages_kind(int op_mod)
@@ -115,11 +117,17 @@ static int give_pages(struct mlx5_hca *h, int op_mod)
 
 static int return_page(struct mlx5_hca *h, uint64_t pa)
 {
-    for (int i = 0; i < h->nchunks; i++) {
+    /* the chunk of the page returned last first: firmware gives pages back
+     * a chunk's worth at a time (a scan each, for 2^19 pages in 2^11
+     * chunks, was 2^30 looks: seconds) */
+    int at = h->chunk_hint < h->nchunks ? h->chunk_hint : 0;
+    for (int k = 0; k < h->nchunks; k++) {
+        int i = k == 0 ? at : k <= at ? k - 1 : k;
         struct hca_chunk *c = &h->chunks[i];
         if (pa >= c->dma.bus && pa < c->dma.bus + c->dma.size && c->given > 0) {
             c->given--;
             h->pages_given--;
+            h->chunk_hint = i;
             return 0;
         }
     }

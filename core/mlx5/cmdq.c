@@ -122,6 +122,14 @@ int cmdq_init(struct mlx5_hca *h)
 
 void cmdq_fini(struct mlx5_hca *h)
 {
+    if (h->cmdq_hung) {
+        /* the device may still answer into them: they stay mapped, as
+         * firmware pages it never gave back do (bringup.c) */
+        memset(&h->mbox, 0, sizeof h->mbox);
+        memset(&h->cmdq, 0, sizeof h->cmdq);
+        h->mbox_blocks = 0;
+        return;
+    }
     if (h->mbox.virt)
         h->pci->ops->dma_free(h->pci, &h->mbox);
     if (h->cmdq.virt)
@@ -186,6 +194,9 @@ static int exec_locked(struct mlx5_hca *h, const uint8_t *in, uint32_t inlen, ui
 {
     uint32_t opcode = ld_be32(in) >> 16;
     const char *name = cmd_name(opcode);
+    if (h->cmdq_hung)
+        return hca_fail(h, EIO, "mlx5 %s: not sent: a command got no completion before, and "
+                        "the device may still answer into the queue (it is out of use)", name);
     uint32_t nin = nblocks(inlen), nout = nblocks(outlen);
     int rc = mbox_reserve(h, nin + nout);
     if (rc < 0)
@@ -235,9 +246,17 @@ static int exec_locked(struct mlx5_hca *h, const uint8_t *in, uint32_t inlen, ui
         h->pci->ops->write32(h->pci, INIT_CMD_DBELL, 1u << slot);
     rc = wait_owner(h, &e[CMDE_STATUS_OWN]);
     if (rc < 0) {
-        e[CMDE_STATUS_OWN] = 0; /* take the slot back */
         free(blk);
-        return hca_fail(h, ETIMEDOUT, "mlx5 %s: no completion within %d ms", name, h->timeout_ms);
+        if (inject == INJECT_NO_DOORBELL) {
+            e[CMDE_STATUS_OWN] = 0; /* never rung: the slot is ours again */
+            return hca_fail(h, ETIMEDOUT, "mlx5 %s: no completion within %d ms", name,
+                            h->timeout_ms);
+        }
+        /* rung and silent: the device has the entry and may still answer
+         * (Linux waits 60 s, then resets the function) */
+        h->cmdq_hung = 1;
+        return hca_fail(h, ETIMEDOUT, "mlx5 %s: no completion within %d ms; the command "
+                        "queue takes no more commands", name, h->timeout_ms);
     }
     if (h->trace)
         dump(h, e, blk + nin, nout, opcode, "OUTPUT");

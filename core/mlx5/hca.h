@@ -51,11 +51,16 @@ struct mlx5_hca {
     int checksums;
     int inject;
     int timeout_ms;
+    /* a command the device took got no completion: it may still write that
+     * entry and its mailboxes, so the queue takes no more commands and its
+     * memory stays with the device (cmdq_fini) */
+    int cmdq_hung;
     uint32_t last_status, last_syndrome, last_delivery;
 
     /* firmware pages */
     struct hca_chunk *chunks;
     int nchunks, cap_chunks;
+    int chunk_hint;                   /* where the last page returned was */
     int pages_given;
 
     /* bring-up results */

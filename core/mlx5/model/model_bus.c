@@ -59,7 +59,12 @@ void *model_dma_region(struct model *m, uint64_t bus, uint64_t *bus_base, size_t
 {
     void *v = NULL;
     pthread_mutex_lock(&m->lock);
-    for (int i = 0; i < m->nregions; i++) {
+    /* the region found last first: a page list walks a region's pages in
+     * turn (MANAGE_PAGES of 2^19 pages in chunks of 256: a scan each was
+     * 2^19 x 2^11 looks, seconds, past the driver's command timeout) */
+    int at = m->last_region < m->nregions ? m->last_region : 0;
+    for (int k = 0; k < m->nregions; k++) {
+        int i = k == 0 ? at : k <= at ? k - 1 : k;
         struct model_region *r = &m->regions[i];
         if (bus >= r->bus && bus - r->bus < r->size) {
             v = r->virt;
@@ -67,6 +72,7 @@ void *model_dma_region(struct model *m, uint64_t bus, uint64_t *bus_base, size_t
                 *bus_base = r->bus;
             if (size)
                 *size = r->size;
+            m->last_region = i;
             break;
         }
     }

@@ -146,6 +146,7 @@ struct model {
     /* DMA space (lock) */
     struct model_region *regions;
     int nregions, cap_regions;
+    int last_region;             /* where model_dma_region found the last one */
     uint64_t next_bus;
 
     /* snapshot for model_state_get (lock) */
