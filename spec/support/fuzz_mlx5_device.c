@@ -4,11 +4,12 @@
  * each other, made to move a SEND and a WRITE, and closed; the input says
  * which of the device's answers to falsify on the way: the output of any
  * firmware command (its 16 inline bytes, its delivery status, the data of
- * its output mailboxes) and any read of a BAR0 register (the init segment:
- * revisions, "initializing", health). The model answers every command
- * truthfully; the falsification is applied after it completed and before
- * the driver looks (the doorbell's write returns only then), so the driver
- * sees one consistent, lying device.
+ * its output mailboxes), any read of a BAR0 register (the init segment:
+ * revisions, "initializing", health) and any CQE. The model answers every
+ * command truthfully; the falsification is applied after it completed and
+ * before the driver looks (the doorbell's write returns only then), so the
+ * driver sees one consistent, lying device. CQEs are falsified by the model
+ * itself as it writes them (model_cqe_lie), before their ownership passes.
  *
  * Whatever the device says, the driver may not crash, read or write outside
  * what it owns (ASan), hang (every wait is bounded: libFuzzer's -timeout),
@@ -39,6 +40,9 @@
  *   kind % 4 == 1  a register read: [index:2, little-endian][xor:4]: the
  *                  driver's read number index (counted from 0) of BAR0 is
  *                  XORed
+ *   kind % 4 == 2  a CQE: [device:1][n:1][off:1][xor:1]: CQE number n that
+ *                  device device % 2 (a, b) writes has byte off % 64 XORed
+ *                  (63: op_own, the opcode and the owner bit)
  *   otherwise      skipped (room for more kinds)
  * FUZZ_VERBOSE=1 prints every command (seq, opcode, what was falsified),
  * each step's outcome and each completion. */
@@ -57,6 +61,7 @@
 #include "fuzz_common.h"
 #include "mlx5/cmdif.h"
 #include "mlx5/hca.h"
+#include "mlx5/model/model.h"
 #include "mlx5/pci.h"
 
 #define MAX_PATCHES 64
@@ -77,6 +82,7 @@ struct patch {
 static struct patch patches[MAX_PATCHES];
 static int npatches;
 static uint32_t cmd_seq, reg_reads;    /* over both devices, this input */
+static int models_opened;              /* this input: 0 a, 1 b */
 static bool verbose;
 
 /* ---- the hostile PCI function ----------------------------------------------------- */
@@ -301,6 +307,16 @@ int __wrap_pci_model_open(const void *model_opts, struct mlx5_pci **out, char *e
     h->pci.ops = &hostile_ops;
     memcpy(h->pci.addr, inner->addr, sizeof h->pci.addr);
     h->inner = inner;
+    /* this device's lies about CQEs, told to its model before it writes any */
+    int dev = models_opened++;
+    for (int i = 0; i < npatches; i++)
+        if (patches[i].kind == 2 && patches[i].where % 2 == dev) {
+            bool set = model_cqe_lie(model_of_pci(inner), patches[i].seq, patches[i].off % 64,
+                                     patches[i].bytes[0]);
+            if (verbose && set)
+                fprintf(stderr, "  %c: CQE %u will lie: byte %u ^ 0x%02x\n", 'a' + dev,
+                        patches[i].seq, patches[i].off % 64, patches[i].bytes[0]);
+        }
     *out = &h->pci;
     return 0;
 }
@@ -447,9 +463,20 @@ static void traffic(void)
     ww.wr.rdma.rkey = b->mr->rkey;
     if (!step(tbrt_post_send(a->qp, &ww, NULL), a, "post write"))
         return;
-    int got = reap(3);
+    /* and back: b's SEND into a receive of a's */
+    struct ibv_sge ra = {.addr = (uintptr_t)a->buf + WRITE_OFF, .length = SEND_LEN,
+                         .lkey = a->mr->lkey};
+    struct ibv_recv_wr rwa = {.wr_id = 4, .sg_list = &ra, .num_sge = 1};
+    struct ibv_sge sb = {.addr = (uintptr_t)b->buf, .length = SEND_LEN, .lkey = b->mr->lkey};
+    struct ibv_send_wr swb = {.wr_id = 5, .sg_list = &sb, .num_sge = 1, .opcode = IBV_WR_SEND,
+                              .send_flags = IBV_SEND_SIGNALED};
+    int want = 3;
+    if (step(tbrt_post_recv(a->qp, &rwa, NULL), a, "post recv") &&
+        step(tbrt_post_send(b->qp, &swb, NULL), b, "post send"))
+        want = 5;
+    int got = reap(want);
     if (verbose)
-        fprintf(stderr, "  %d of 3 completions\n", got);
+        fprintf(stderr, "  %d of %d completions\n", got, want);
 }
 
 /* Everything goes, whatever state the device left it in: a destroy that
@@ -499,6 +526,14 @@ static void parse(const uint8_t *d, size_t n)
             pt->index = (uint16_t)(d[i] | d[i + 1] << 8);
             memcpy(pt->bytes, d + i + 2, 4);
             i += 6;
+        } else if (kind == 2) {
+            if (n - i < 4)
+                break;
+            pt->where = d[i];           /* the device */
+            pt->seq = d[i + 1];         /* the CQE's number */
+            pt->off = d[i + 2];
+            pt->bytes[0] = d[i + 3];
+            i += 4;
         } else {
             continue;
         }
@@ -519,6 +554,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     parse(data, size);
     cmd_seq = reg_reads = 0;
+    models_opened = 0;
     if (verbose)
         fprintf(stderr, "input: %zu bytes, %d falsifications\n", size, npatches);
     if (make_side(&sides[0]) && make_side(&sides[1]) && connect_side(&sides[0], &sides[1]) &&

@@ -11,6 +11,7 @@
 #ifndef MLX5_MODEL_H
 #define MLX5_MODEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include "mlx5/pci.h"
 #include "tbrt.h"
@@ -49,5 +50,13 @@ enum model_fault {
     MODEL_FAULT_CQE_OPCODE,         /* a CQE with an opcode no CQE has */
 };
 void model_fault(struct model *m, int fault);
+
+/* For fuzzing the driver (spec/support/fuzz_mlx5_device.c): CQE number n
+ * this model writes (counted from 0, all its CQs) goes out with its byte
+ * * off (0..63; 63 is op_own: opcode and owner bit, so a lie may also hide
+ * the CQE) XORed with bits. At most MODEL_CQE_LIES, set before the first
+ * CQE is written; false when there is no room. */
+enum { MODEL_CQE_LIES = 16 };
+bool model_cqe_lie(struct model *m, uint32_t n, uint8_t off, uint8_t bits);
 
 #endif

@@ -254,8 +254,17 @@ static void write_cqe(struct model *m, struct model_cq *cq, struct mlx5_cqe64 *s
         return; /* overrun: a real CQ would raise a CQ error event */
     struct mlx5_cqe64 *dst = (struct mlx5_cqe64 *)(cq->buf + (size_t)(cq->pi & (size - 1)) * 64);
     memcpy(dst, src, sizeof *dst - 1);
-    uint8_t owner = (uint8_t)(cq->pi >> cq->log_size & 1);
-    __atomic_store_n(&dst->op_own, (uint8_t)(opcode << 4 | owner), __ATOMIC_RELEASE);
+    uint8_t owner = (uint8_t)(cq->pi >> cq->log_size & 1), op_own = (uint8_t)(opcode << 4 | owner);
+    int nlies = atomic_load_explicit(&m->nlies, memory_order_acquire);
+    for (int i = 0; TBRT_UNLIKELY(i < nlies); i++)
+        if (m->lies[i].n == m->cqes_written) {
+            if (m->lies[i].off == 63)
+                op_own ^= m->lies[i].bits;
+            else
+                ((uint8_t *)dst)[m->lies[i].off] ^= m->lies[i].bits;
+        }
+    m->cqes_written++;
+    __atomic_store_n(&dst->op_own, op_own, __ATOMIC_RELEASE);
     cq->pi++;
     m->cqes++;
     if (cq->armed) {

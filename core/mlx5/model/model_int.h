@@ -128,6 +128,11 @@ struct model {
     int thread_started;
     atomic_int stop;
     atomic_int fault;            /* enum model_fault, for the next CQE it fits */
+    /* lies about CQEs (model_cqe_lie): set before the first CQE, then read
+     * by the model thread only */
+    struct { uint32_t n; uint8_t off, bits; } lies[MODEL_CQE_LIES];
+    atomic_int nlies;
+    uint32_t cqes_written;       /* CQEs this model wrote, the lies' count */
     int wake_fd;
     int irq_fd[MODEL_IRQ_VECTORS];
     uint8_t cfg[256];            /* PCI config space */

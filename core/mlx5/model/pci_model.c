@@ -134,6 +134,18 @@ struct mlx5_pci *model_pci(struct model *m) { return &m->pci; }
 
 void model_fault(struct model *m, int fault) { atomic_store(&m->fault, fault); }
 
+bool model_cqe_lie(struct model *m, uint32_t n, uint8_t off, uint8_t bits)
+{
+    int k = atomic_load(&m->nlies);
+    if (k >= MODEL_CQE_LIES || off > 63)
+        return false;
+    m->lies[k].n = n;
+    m->lies[k].off = off;
+    m->lies[k].bits = bits;
+    atomic_store_explicit(&m->nlies, k + 1, memory_order_release);
+    return true;
+}
+
 struct model *model_of_pci(struct mlx5_pci *p)
 {
     return p && p->ops == &model_pci_ops ? (struct model *)p : NULL;
