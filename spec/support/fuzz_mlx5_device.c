@@ -388,28 +388,10 @@ static bool connect_side(struct side *s, struct side *p)
 {
     if (s->gid < 0)
         return false;           /* no loopback GID: the device lied about its table */
-    struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-                            .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
-    if (!step(tbrt_qp_modify(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                             IBV_QP_ACCESS_FLAGS), s, "INIT"))
-        return false;
-    a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
-                             .dest_qp_num = p->qp->qp_num, .max_dest_rd_atomic = 4,
-                             .min_rnr_timer = 1};
-    a.ah_attr.is_global = 1;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.grh.hop_limit = 64;
-    a.ah_attr.grh.sgid_index = (uint8_t)s->gid;
-    memcpy(a.ah_attr.grh.dgid.raw, fuzz_loopback, 16);
-    if (!step(tbrt_qp_modify(s->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                             IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                             IBV_QP_MIN_RNR_TIMER), s, "RTR"))
-        return false;
-    a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .timeout = 10, .retry_cnt = 1,
-                             .rnr_retry = 1, .max_rd_atomic = 4};
-    return step(tbrt_qp_modify(s->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-                               IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC),
-                s, "RTS");
+    const char *at;
+    int rc = fuzz_qp_connect(s->qp, p->qp->qp_num, s->gid, 10, &at);
+    step(rc, s, at);
+    return rc == 0;
 }
 
 /* Completions until both sides have `want` (or the bound): how many came. */

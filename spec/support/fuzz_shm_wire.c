@@ -137,33 +137,10 @@ static void post_recvs(struct end *e)
 
 static bool connect_pair(void)
 {
-    for (int i = 0; i < 2; i++) {
-        struct end *e = &ends[i], *p = &ends[1 - i];
-        struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-                                 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
-                                                    IBV_ACCESS_REMOTE_READ};
-        if (tbrt_qp_modify(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                          IBV_QP_ACCESS_FLAGS))
+    const char *at;
+    for (int i = 0; i < 2; i++)
+        if (fuzz_qp_connect(ends[i].qp, ends[1 - i].qp->qp_num, gid_index, 1, &at))
             return false;
-        a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
-                                 .dest_qp_num = p->qp->qp_num, .max_dest_rd_atomic = 4,
-                                 .min_rnr_timer = 1};
-        a.ah_attr.is_global = 1;
-        a.ah_attr.port_num = 1;
-        a.ah_attr.grh.hop_limit = 64;
-        a.ah_attr.grh.sgid_index = (uint8_t)gid_index;
-        memcpy(a.ah_attr.grh.dgid.raw, fuzz_loopback, 16);
-        if (tbrt_qp_modify(e->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                                          IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-            return false;
-        a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .timeout = 1, .retry_cnt = 1,
-                                 .rnr_retry = 1, .max_rd_atomic = 4};
-        if (tbrt_qp_modify(e->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-                                          IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                          IBV_QP_MAX_QP_RD_ATOMIC))
-            return false;
-    }
     return true;
 }
 
