@@ -155,9 +155,9 @@ static int m_dereg_mr(tbrt_mr *mr);
 static int m_destroy_cq(tbrt_cq *cq);
 static int m_dealloc_pd(tbrt_pd *pd);
 
-/* Objects a closed device may still hold: their destroy failed twice (the
- * firmware said no, or said nothing), so their memory stays as it is, where
- * the device may still write. They are kept here, reachable, for the life
+/* Objects the device may still hold: a closed device's whose destroy failed
+ * twice, a create's whose undoing failed (the firmware said no, or said
+ * nothing), so their memory stays as it is, where the device may still write. They are kept here, reachable, for the life
  * of the process: held on purpose, not lost (a leak checker sees them as
  * held; TBRT_DEBUG=1 names each). */
 struct kept {
@@ -170,7 +170,7 @@ static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
 static void keep(struct mdev *d, const char *what, uint32_t num, void *obj)
 {
     if (DBG_ON(DBG_EVENT))
-        dbg_line(0, "%s: close: %s 0x%x was not destroyed (%s); its memory stays with the "
+        dbg_line(0, "%s: %s 0x%x could not be destroyed (%s); its memory stays with the "
                  "device", d->dev.name, what, num, d->h->hca->why);
     struct kept *k = malloc(sizeof *k);
     if (!k)

@@ -53,7 +53,7 @@ void model_fault(struct model *m, int fault);
 
 /* For fuzzing the driver (spec/support/fuzz_mlx5_device.c): CQE number n
  * this model writes (counted from 0, all its CQs) goes out with its byte
- * * off (0..63; 63 is op_own: opcode and owner bit, so a lie may also hide
+ * off (0..63; 63 is op_own: opcode and owner bit, so a lie may also hide
  * the CQE) XORed with bits. At most MODEL_CQE_LIES, set before the first
  * CQE is written; false when there is no room. */
 enum { MODEL_CQE_LIES = 16 };
