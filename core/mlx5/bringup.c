@@ -122,7 +122,7 @@ static int return_page(struct mlx5_hca *h, uint64_t pa)
      * chunks, was 2^30 looks: seconds) */
     int at = h->chunk_hint < h->nchunks ? h->chunk_hint : 0;
     for (int k = 0; k < h->nchunks; k++) {
-        int i = k == 0 ? at : k <= at ? k - 1 : k;
+        int i = scan_from_hint(k, at);
         struct hca_chunk *c = &h->chunks[i];
         if (pa >= c->dma.bus && pa < c->dma.bus + c->dma.size && c->given > 0) {
             c->given--;

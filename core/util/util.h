@@ -12,6 +12,11 @@
 #define TBRT_LIKELY(x) __builtin_expect(!!(x), 1)
 #define TBRT_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+/* A scan of n entries that looks at entry `at` first (where the last one
+ * was found: lookups that come in runs find it at once), then the rest in
+ * order: the index of look k (0 <= k < n, 0 <= at < n). */
+static inline int scan_from_hint(int k, int at) { return k == 0 ? at : k <= at ? k - 1 : k; }
+
 /* Monotonic time in seconds / nanoseconds. */
 double now_s(void);
 uint64_t now_ns(void);

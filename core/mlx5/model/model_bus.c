@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "mlx5/model/model_int.h"
+#include "util/util.h"
 
 enum {
     PAGE = 4096,
@@ -64,7 +65,7 @@ void *model_dma_region(struct model *m, uint64_t bus, uint64_t *bus_base, size_t
      * 2^19 x 2^11 looks, seconds, past the driver's command timeout) */
     int at = m->last_region < m->nregions ? m->last_region : 0;
     for (int k = 0; k < m->nregions; k++) {
-        int i = k == 0 ? at : k <= at ? k - 1 : k;
+        int i = scan_from_hint(k, at);
         struct model_region *r = &m->regions[i];
         if (bus >= r->bus && bus - r->bus < r->size) {
             v = r->virt;
